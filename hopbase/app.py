@@ -1,0 +1,54 @@
+"""make_app(config): the aiohttp application with its routes, state and lifecycle."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from hopbase.config import Config
+from hopbase.gateway import Gateway
+from hopbase.views import GATEWAY, add_routes, envelope
+
+log = logging.getLogger("hopbase")
+
+
+def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
+    """The HopBase application serving ``config``.
+
+    ``client_max_size`` is one byte over ``max_body_bytes`` so the view, not aiohttp,
+    answers an oversized body, in the client protocol's shape.
+    """
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes + 1,
+        middlewares=[envelope],
+        handler_args={"max_field_size": 16384, "max_line_size": 16384},
+    )
+    app[GATEWAY] = gateway or Gateway.build(config)
+    add_routes(app)
+    app.on_startup.append(_start)
+    app.on_shutdown.append(_flush)
+    app.on_cleanup.append(_stop)
+    return app
+
+
+async def _start(app: web.Application) -> None:
+    gateway = app[GATEWAY]
+    await gateway.transport.start()
+    if gateway.request_log is not None:
+        await gateway.request_log.start()
+    for line in gateway.config.warnings:
+        log.warning("%s", line)
+
+
+async def _flush(app: web.Application) -> None:
+    gateway = app[GATEWAY]
+    if gateway.request_log is not None:
+        await gateway.request_log.flush()
+
+
+async def _stop(app: web.Application) -> None:
+    gateway = app[GATEWAY]
+    await gateway.transport.close()
+    if gateway.request_log is not None:
+        await gateway.request_log.close()

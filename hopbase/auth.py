@@ -1,0 +1,87 @@
+"""Client and admin keys: who may call HopBase.
+
+Keys are kept only as SHA-256 digests and compared with `hmac.compare_digest`
+against every configured digest, so neither timing nor memory dumps reveal a key.
+A request's key comes from ``Authorization: Bearer KEY`` or ``x-api-key: KEY``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+
+import attrs
+
+from hopbase import errors
+from hopbase.config import Config
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key a request carries, or None."""
+    authorization = headers.get("Authorization")
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return headers.get("x-api-key") or None
+
+
+@attrs.frozen
+class KeyRing:
+    """The client keys (name by digest) and the admin key digest."""
+
+    clients: tuple[tuple[bytes, str], ...] = attrs.field(repr=False)
+    admin: bytes | None = attrs.field(repr=False)
+    metrics: bytes | None = attrs.field(repr=False)
+
+    @classmethod
+    def from_config(cls, config: Config) -> KeyRing:
+        return cls(
+            clients=tuple((_digest(key.secret.value), key.name) for key in config.client_keys),
+            admin=_digest(config.admin_key.value) if config.admin_key else None,
+            metrics=_digest(config.metrics_key.value) if config.metrics_key else None,
+        )
+
+    @property
+    def open_access(self) -> bool:
+        return not self.clients
+
+    def client(self, headers: Mapping[str, str]) -> str | None:
+        """The name of the calling client key; None under open access.
+
+        Raises:
+            errors.Unauthorized: a key is required and is missing or unknown.
+        """
+        if not self.clients:
+            return None
+        key = presented_key(headers)
+        if key is None:
+            raise errors.Unauthorized("missing API key: send Authorization: Bearer <key>")
+        digest = _digest(key)
+        name = None
+        for known, known_name in self.clients:
+            if hmac.compare_digest(known, digest):
+                name = known_name
+        if name is None:
+            raise errors.Unauthorized("invalid API key")
+        return name
+
+    def check_admin(self, headers: Mapping[str, str]) -> None:
+        """Raises Unauthorized without a key, Forbidden with any key but the admin key."""
+        key = presented_key(headers)
+        if key is None:
+            raise errors.Unauthorized("missing admin key")
+        if self.admin is None or not hmac.compare_digest(self.admin, _digest(key)):
+            raise errors.Forbidden("this key may not use /admin")
+
+    def check_metrics(self, headers: Mapping[str, str]) -> None:
+        if self.metrics is None:
+            return
+        key = presented_key(headers)
+        if key is None or not hmac.compare_digest(self.metrics, _digest(key)):
+            raise errors.Unauthorized("metrics key required")

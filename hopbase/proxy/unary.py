@@ -1,0 +1,106 @@
+"""A non-streaming exchange: attempts in turn until one answers whole.
+
+The upstream is asked without streaming. When client and upstream speak the same
+protocol the upstream's body reaches the client byte for byte; otherwise it is
+parsed into a canonical `Response` and rendered in the client's protocol with
+the model group name the client asked for. A body that stops arriving for
+``stuck_after_s`` makes the attempt stuck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from hopbase import errors
+from hopbase.proxy.attempt import Attempt, Failure
+from hopbase.proxy.flow import Exchange, Plan
+from routing import Outcome
+
+if TYPE_CHECKING:
+    from hopbase.gateway import Gateway
+
+
+async def serve_unary(gateway: Gateway, exchange: Exchange) -> web.Response:
+    """Answer ``exchange`` with one whole JSON body, retrying before any answer."""
+    plan = Plan.for_exchange(gateway, exchange)
+    attempt = await plan.next_attempt()
+    try:
+        while True:
+            if isinstance(attempt, errors.GatewayError):
+                raise attempt
+            answer = await _try(gateway, plan, attempt)
+            if isinstance(answer, web.Response):
+                return answer
+            attempt.finish(answer.outcome)
+            plan.note_failure(attempt, answer.error)
+            if not answer.retryable:
+                raise answer.error
+            attempt = await plan.next_attempt()
+            if not isinstance(attempt, errors.GatewayError):
+                gateway.retried(exchange)
+    except asyncio.CancelledError:
+        exchange.client_disconnected = True
+        raise
+    finally:
+        for each in exchange.attempts:
+            each.finish(Outcome.CANCELLED)
+
+
+async def _try(gateway: Gateway, plan: Plan, attempt: Attempt) -> web.Response | Failure:
+    exchange = plan.exchange
+    failure = await attempt.send(
+        gateway.transport,
+        plan.body_for(attempt),
+        exchange.client_headers,
+        plan.headers_timeout(attempt),
+        gateway.redact,
+    )
+    if failure is not None:
+        return failure
+    stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
+    body = await _read_body(attempt, stuck_after_s)
+    if isinstance(body, Failure):
+        attempt.failure = body
+        return body
+    return _answer(attempt, exchange, body)
+
+
+async def _read_body(attempt: Attempt, stuck_after_s: float) -> bytes | Failure:
+    assert attempt.response is not None
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    try:
+        async with asyncio.timeout(stuck_after_s) as deadline:
+            async for chunk in attempt.response.iter_chunks():
+                now = loop.time()
+                attempt.mark_output(now)
+                attempt.last_chunk_at = now
+                chunks.append(chunk)
+                deadline.reschedule(now + stuck_after_s)
+    except TimeoutError:
+        return Failure(Outcome.STUCK, errors.UpstreamTimeout("upstream stopped sending"), True)
+    except (aiohttp.ClientError, OSError):
+        return Failure(Outcome.ERROR, errors.UpstreamFailed("upstream connection broke"), True)
+    return b"".join(chunks)
+
+
+def _answer(attempt: Attempt, exchange: Exchange, body: bytes) -> web.Response | Failure:
+    try:
+        payload = orjson.loads(body)
+        response = attempt.protocol.parse_response(payload)
+    except (orjson.JSONDecodeError, errors.GatewayError, KeyError, TypeError, ValueError):
+        return Failure(Outcome.ERROR, errors.UpstreamFailed("upstream sent an invalid answer"), True)
+    attempt.usage = response.usage
+    attempt.finish(Outcome.SUCCESS)
+    exchange.served_group = attempt.model_group
+    if attempt.protocol is not exchange.client:
+        body = orjson.dumps(exchange.client.render_response(response, exchange.model_group))
+    headers = {"Content-Type": "application/json"}
+    if attempt.model_group != exchange.model_group:
+        headers["x-hopbase-fallback"] = attempt.model_group
+    return web.Response(body=body, headers=headers)

@@ -1,0 +1,154 @@
+"""The upstream transport: one shared aiohttp ClientSession, and the in-process simulator.
+
+`Transport.send` turns (deployment, upstream protocol, wire JSON) into an
+`UpstreamResponse`: a status, headers and an async iterator of body chunks. HTTP
+deployments go through aiohttp; ``provider: simulated`` deployments are answered
+in-process by `hopbase.sim` with the same interface, so the proxy has one path.
+
+aiohttp defaults that bite, overridden here: ``ClientTimeout.total`` is off (a
+stream may last many minutes; stuck detection lives in the proxy), the connector
+limit is raised, redirects are never followed (the deployment key must reach
+only its own ``base_url``), and the client's own headers are never forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from hopbase.config import DeploymentConfig
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+PATHS = {
+    "openai_chat": "/chat/completions",
+    "openai_responses": "/responses",
+    "anthropic_messages": "/v1/messages",
+}
+
+
+class UpstreamResponse(Protocol):
+    """What an upstream answered: status, headers, and the body as chunks."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    def iter_chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class HttpResponse:
+    """An aiohttp ClientResponse seen through `UpstreamResponse`."""
+
+    __slots__ = ("_response", "status", "headers")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.content.iter_any():
+            yield chunk
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    def close(self) -> None:
+        # close, not release: the connection is dropped at once rather than drained
+        self._response.close()
+
+
+def upstream_protocol(provider: str, client_protocol: str) -> str:
+    """The wire protocol HopBase speaks to a deployment of ``provider`` (SPEC section 4)."""
+    if provider == "anthropic":
+        return "anthropic_messages"
+    if provider == "openai":
+        return "openai_chat" if client_protocol == "anthropic_messages" else client_protocol
+    return client_protocol
+
+
+def request_headers(
+    deployment: DeploymentConfig, protocol: str, client_headers: Mapping[str, str]
+) -> dict[str, str]:
+    """Headers for one upstream request: content type, the deployment's key, extras."""
+    headers = {"Content-Type": "application/json"}
+    key = deployment.api_key.value if deployment.api_key is not None else ""
+    if protocol == "anthropic_messages":
+        headers["x-api-key"] = key
+        headers["anthropic-version"] = client_headers.get("anthropic-version", ANTHROPIC_VERSION)
+        beta = client_headers.get("anthropic-beta")
+        if beta:
+            headers["anthropic-beta"] = beta
+    else:
+        headers["Authorization"] = f"Bearer {key}"
+    headers.update(deployment.resolved_headers)
+    return headers
+
+
+class Transport:
+    """Sends upstream requests; owns the one ClientSession of the process."""
+
+    def __init__(self, connect_timeout_s: float) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        self._simulated_counters: dict[str, int] = {}
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=self._connect_timeout_s
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+            json_serialize=lambda value: orjson.dumps(value).decode(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def send(
+        self,
+        deployment: DeploymentConfig,
+        protocol: str,
+        body: dict[str, Any],
+        client_headers: Mapping[str, str],
+        headers_timeout_s: float,
+    ) -> UpstreamResponse:
+        """Send ``body`` and return once response headers arrived.
+
+        Raises:
+            asyncio.TimeoutError: no headers within ``headers_timeout_s``.
+            aiohttp.ClientError, OSError: the connection failed.
+        """
+        if deployment.provider == "simulated":
+            return await self._simulate(deployment, protocol, body)
+        assert self._session is not None, "Transport.start() was not awaited"
+        url = (deployment.base_url or "").rstrip("/") + PATHS[protocol]
+        headers = request_headers(deployment, protocol, client_headers)
+        async with asyncio.timeout(headers_timeout_s):
+            response = await self._session.post(
+                url, data=orjson.dumps(body), headers=headers, allow_redirects=False
+            )
+        return HttpResponse(response)
+
+    async def _simulate(
+        self, deployment: DeploymentConfig, protocol: str, body: dict[str, Any]
+    ) -> UpstreamResponse:
+        from hopbase.sim.inprocess import simulated_request
+
+        return await simulated_request(
+            protocol, body, deployment.simulated, self._simulated_counters.setdefault
+        )
