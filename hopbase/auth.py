@@ -38,18 +38,19 @@ class KeyRing:
     clients: tuple[tuple[bytes, str], ...] = attrs.field(repr=False)
     admin: bytes | None = attrs.field(repr=False)
     metrics: bytes | None = attrs.field(repr=False)
+    open_access: bool = False
+    metrics_required: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> KeyRing:
+        """Keys listed whose variables are unset refuse everyone: never fail open."""
         return cls(
             clients=tuple((_digest(key.secret.value), key.name) for key in config.client_keys),
             admin=_digest(config.admin_key.value) if config.admin_key else None,
             metrics=_digest(config.metrics_key.value) if config.metrics_key else None,
+            open_access=config.open_access,
+            metrics_required=config.server.metrics_key_env is not None,
         )
-
-    @property
-    def open_access(self) -> bool:
-        return not self.clients
 
     def client(self, headers: Mapping[str, str]) -> str | None:
         """The name of the calling client key; None under open access.
@@ -57,7 +58,7 @@ class KeyRing:
         Raises:
             errors.Unauthorized: a key is required and is missing or unknown.
         """
-        if not self.clients:
+        if self.open_access:
             return None
         key = presented_key(headers)
         if key is None:
@@ -80,8 +81,8 @@ class KeyRing:
             raise errors.Forbidden("this key may not use /admin")
 
     def check_metrics(self, headers: Mapping[str, str]) -> None:
-        if self.metrics is None:
+        if not self.metrics_required:
             return
         key = presented_key(headers)
-        if key is None or not hmac.compare_digest(self.metrics, _digest(key)):
+        if key is None or self.metrics is None or not hmac.compare_digest(self.metrics, _digest(key)):
             raise errors.Unauthorized("metrics key required")

@@ -108,7 +108,7 @@ class Plan:
         if not self.first_attempt_made:
             self.first_attempt_made = True
             self.gateway.budget.record_first_attempt()
-        deployment = self.gateway.config.deployment(lease.deployment.id)
+        deployment = self.gateway.deployment(lease.deployment.id)
         protocol_name = upstream_protocol(deployment.provider, self.exchange.client.NAME)
         protocol = self.gateway.protocols[protocol_name]
         attempt = Attempt(lease, deployment, group, protocol, hedge=hedge)
