@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 
 from hopbase.config import DeploymentConfig
+from hopbase.sim.inprocess import RequestCounter, simulated_request
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -99,7 +100,7 @@ class Transport:
     def __init__(self, connect_timeout_s: float) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
-        self._simulated_counters: dict[str, int] = {}
+        self._simulated_counters: dict[str, RequestCounter] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
@@ -147,8 +148,7 @@ class Transport:
     async def _simulate(
         self, deployment: DeploymentConfig, protocol: str, body: dict[str, Any]
     ) -> UpstreamResponse:
-        from hopbase.sim.inprocess import simulated_request
-
-        return await simulated_request(
-            protocol, body, deployment.simulated, self._simulated_counters.setdefault
-        )
+        counter = self._simulated_counters.get(deployment.id)
+        if counter is None:
+            counter = self._simulated_counters[deployment.id] = RequestCounter()
+        return await simulated_request(protocol, body, deployment.simulated, counter)

@@ -30,6 +30,7 @@ from hopbase.proxy.unary import serve_unary
 log = logging.getLogger("hopbase")
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _REQUEST_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
@@ -62,7 +63,7 @@ def error_response(error: errors.GatewayError, protocol: ModuleType) -> web.Resp
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request ids on every response; GatewayError rendered in the route's protocol."""
     identifier = request_id(request)
-    request["request_id"] = identifier
+    request[REQUEST_ID] = identifier
     try:
         response = await handler(request)
     except errors.GatewayError as error:
@@ -113,7 +114,7 @@ def protocol_route(endpoint: str, client: ModuleType) -> Handler:
         if parsed.model not in gateway.config.models:
             raise errors.ModelNotFound(f"model {parsed.model!r} does not exist")
         exchange = Exchange(
-            id=request["request_id"],
+            id=request[REQUEST_ID],
             endpoint=endpoint,
             client=client,
             request=parsed,

@@ -107,7 +107,7 @@ class Plan:
     def _attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
         if not self.first_attempt_made:
             self.first_attempt_made = True
-            self.gateway.budget.record_first_attempt()
+            self.gateway.budget(group).record_first_attempt()
         deployment = self.gateway.deployment(lease.deployment.id)
         protocol_name = upstream_protocol(deployment.provider, self.exchange.client.NAME)
         protocol = self.gateway.protocols[protocol_name]
