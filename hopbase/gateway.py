@@ -167,7 +167,7 @@ class Gateway:
     def model(self, group: str) -> ModelConfig | None:
         return self.config.models.get(group)
 
-    def spend_retry(self, model_group: str, hedge: bool = False) -> bool:
+    def spend_retry(self, model_group: str) -> bool:
         """Ask the group's retry budget for one more attempt (a retry or a hedge)."""
         if self.budget(model_group).try_spend():
             return True

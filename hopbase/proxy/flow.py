@@ -86,13 +86,20 @@ class Plan:
         self.last_error = error
 
     async def next_attempt(self, hedge: bool = False) -> Attempt | errors.GatewayError:
-        """A leased attempt on the next usable deployment, or the error to answer with."""
-        if self.first_attempt_made and not self.gateway.spend_retry(self.exchange.model_group):
-            return self.last_error or errors.UpstreamFailed("retry budget exhausted")
+        """A leased attempt on the next usable deployment, or the error to answer with.
+
+        A retry or hedge is paid from the retry budget only when some deployment is
+        left to try, so a request with nothing left never spends (or is refused) budget.
+        """
+        paid = not self.first_attempt_made
         while self.group_index < len(self.groups):
             group = self.groups[self.group_index]
             settings = self.gateway.config.models[group].routing
-            if self.attempts_in_group < settings.max_attempts:
+            if self.attempts_in_group < settings.max_attempts and self._untried(group):
+                if not paid:
+                    if not self.gateway.spend_retry(self.exchange.model_group):
+                        return self.last_error or errors.UpstreamFailed("retry budget exhausted")
+                    paid = True
                 result = await self.gateway.admission.acquire(
                     group, frozenset(self.excluded), settings.queue_timeout_s
                 )
@@ -100,9 +107,16 @@ class Plan:
                     self.attempts_in_group += 1
                     return self._attempt(group, result, hedge)
                 self.last_error = _capacity_error(result, self.last_error)
+            elif not self.gateway.router.deployments(group):
+                self.last_error = self.last_error or errors.GatewayError(
+                    f"model {group!r} has no enabled deployment", status=503, code="no_deployment"
+                )
             self.group_index += 1
             self.attempts_in_group = 0
         return self.last_error or errors.UpstreamFailed("no deployment could answer")
+
+    def _untried(self, group: str) -> bool:
+        return any(d.id not in self.excluded for d in self.gateway.router.deployments(group))
 
     def _attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
         if not self.first_attempt_made:

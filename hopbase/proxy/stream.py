@@ -247,14 +247,12 @@ class Relay:
             return
         self.hedged = True
         model = self.exchange.model_group
-        if not self.gateway.spend_retry(model, hedge=True):
-            return
         running = next(iter(self.pumps))
         self.plan.excluded.add(running.id)
         attempt = await self.plan.next_attempt(hedge=True)
         self.plan.excluded.discard(running.id)
         if isinstance(attempt, errors.GatewayError):
-            self.gateway.hedged(model, "no_deployment")
+            self.gateway.hedged(model, "not_started")
             return
         self.gateway.hedged(model, "started")
         self._start(attempt)
