@@ -144,7 +144,8 @@ async def serve(gateway: Gateway, exchange: Exchange, request: web.Request) -> w
         status, exchange.error_type = error.status, error.type
         raise
     except asyncio.CancelledError:
-        status = 499  # client closed the request (nginx's word for it)
+        # a committed stream answered 200; before that the client closed the request (nginx's 499)
+        status = 200 if exchange.committed else 499
         raise
     finally:
         gateway.observe(exchange, status)

@@ -42,7 +42,7 @@ class Exchange:
     served_group: str | None = None
     cache: str | None = None
     client_disconnected: bool = False
-    status: int = 200
+    committed: bool = False  # the 200 SSE response went out
     error_type: str | None = None
 
 

@@ -135,7 +135,6 @@ class Relay:
             attempt.finish(outcome, loop.time())
             self.pumps.pop(attempt, None)
             await self._write(tail + self._ending(outcome, failure))
-            self.exchange.status = 200
             if failure is not None:
                 self.exchange.error_type = failure.error.type
             return self._finished()
@@ -199,6 +198,7 @@ class Relay:
                 response.headers["x-hopbase-fallback"] = self.exchange.served_group or ""
             await response.prepare(self.http_request)
             self.response = response
+            self.exchange.committed = True
         return self.response
 
     async def _write(self, data: bytes) -> None:
