@@ -134,12 +134,12 @@ async def test_reset_gives_the_client_an_error_after_the_events(
     fake: FakeUpstream, session: aiohttp.ClientSession
 ) -> None:
     fake.script("a", Reply.golden("chat_text.sse", count=3, then="reset"))
-    answer = await post(session, fake, "a", "/v1/chat/completions", STREAM_BODY)
     received = b""
 
     with pytest.raises(aiohttp.ClientPayloadError):
-        async for chunk in answer.content.iter_any():
-            received += chunk
+        async with session.post(f"{fake.url}/a/v1/chat/completions", json=STREAM_BODY) as answer:
+            async for chunk in answer.content.iter_any():
+                received += chunk
 
     assert received == b"".join(golden_events("chat_text.sse")[:3])
     assert fake.connections("a")[0].closed_at is not None

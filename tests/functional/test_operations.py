@@ -78,7 +78,7 @@ async def test_metrics_hold_exact_values_after_a_scripted_mix(
     assert metric_value(text, "hopbase_deployment_in_flight", deployment="a") == 0
     assert metric_value(text, "hopbase_deployment_in_flight", deployment="b") == 0
     assert metric_value(text, "hopbase_requests_total", endpoint="chat.completions", model="gpt",
-                        status="200") == 3
+                        status="200") == 4
 
 
 async def test_promtool_accepts_the_scrape_and_the_alert_rules(
