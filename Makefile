@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= deployments.yaml
 
-.PHONY: install run test test-load lint typecheck bench services-up services-down clean
+.PHONY: install run test test-load lint typecheck bench test-tools bench-tools clean
+
+# Debian packages the tests and the benchmark need (promtool checks /metrics and the alert rules; wrk loads).
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,10 +21,16 @@ install: $(STAMP)
 run: install
 	$(BIN)/hopbase serve --config $(CONFIG)
 
-test: install
+test-tools:
+	@command -v promtool >/dev/null || { apt-get update -qq && $(APT_INSTALL) prometheus >/dev/null; }
+
+bench-tools:
+	@command -v wrk >/dev/null || { apt-get update -qq && $(APT_INSTALL) wrk >/dev/null; }
+
+test: install test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not load"
 
-test-load: install
+test-load: install test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m load
 
 lint: install
@@ -30,7 +39,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-bench: install
+bench: install bench-tools
 	$(BIN)/python -m bench
 
 clean:

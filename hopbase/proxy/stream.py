@@ -53,6 +53,7 @@ class Relay:
         self.queue: asyncio.Queue[tuple] = asyncio.Queue(_QUEUE_ITEMS)
         self.response: web.StreamResponse | None = None
         self.pumps: dict[Attempt, asyncio.Task[None]] = {}
+        self.pump_objects: dict[Attempt, Pump] = {}
         self.held: dict[Attempt, list[bytes]] = {}
         self.winner: Attempt | None = None
         self.last_write = 0.0
@@ -134,7 +135,7 @@ class Relay:
         if attempt is self.winner:
             attempt.finish(outcome, loop.time())
             self.pumps.pop(attempt, None)
-            await self._write(tail + self._ending(outcome, failure))
+            await self._write(tail + self._ending(attempt, outcome, failure))
             if failure is not None:
                 self.exchange.error_type = failure.error.type
             return self._finished()
@@ -157,7 +158,7 @@ class Relay:
         self._start(following)
         return None
 
-    def _ending(self, outcome: Outcome, failure: Failure | None) -> bytes:
+    def _ending(self, attempt: Attempt, outcome: Outcome, failure: Failure | None) -> bytes:
         """What follows the winner's last event: a terminal marker or an error event."""
         client = self.exchange.client.NAME
         if outcome is Outcome.SUCCESS:
@@ -165,7 +166,20 @@ class Relay:
         if failure is not None and failure.forwarded:
             return sse.DONE if client == "openai_chat" else b""
         error = INTERRUPTED if failure is None else canonical.Error(failure.error.type, failure.error.message)
-        return self._renderer().render_error(error)
+        return self._renderer_after_output(attempt).render_error(error)
+
+    def _renderer_after_output(self, attempt: Attempt):  # type: ignore[no-untyped-def]
+        """The renderer that continues the stream the client has seen so far.
+
+        Translated streams keep their pump's renderer; for passthrough a fresh one is
+        told the stream already started, so it adds no second start event.
+        """
+        pump = self.pump_objects.get(attempt)
+        if pump is not None and pump.renderer is not None:
+            return pump.renderer
+        renderer = self._renderer()
+        renderer.render(canonical.Start(self.exchange.id, self.exchange.model_group))
+        return renderer
 
     async def _give_up(self, error: errors.GatewayError) -> web.StreamResponse:
         self.exchange.error_type = error.type
@@ -278,7 +292,7 @@ class Relay:
 
     async def _pump(self, attempt: Attempt) -> None:
         """Send one attempt and feed its events into the queue until it ends."""
-        pump = Pump(self, attempt)
+        pump = self.pump_objects[attempt] = Pump(self, attempt)
         await pump.run()
 
 
