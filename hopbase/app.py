@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiohttp import web
@@ -27,7 +28,7 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
     app[GATEWAY] = gateway or Gateway.build(config)
     add_routes(app)
     app.on_startup.append(_start)
-    app.on_shutdown.append(_flush)
+    app.on_shutdown.append(_drain)
     app.on_cleanup.append(_stop)
     return app
 
@@ -41,8 +42,20 @@ async def _start(app: web.Application) -> None:
         log.warning("%s", line)
 
 
-async def _flush(app: web.Application) -> None:
+async def _drain(app: web.Application) -> None:
+    """Graceful shutdown: streams get ``shutdown_grace_s`` to finish, then an error event."""
     gateway = app[GATEWAY]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gateway.config.server.shutdown_grace_s
+    if gateway.open_relays:
+        log.info("shutting down: waiting for %d open streams", len(gateway.open_relays))
+    while gateway.open_relays and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    for relay in list(gateway.open_relays):
+        relay.shut_down()
+    ended_by = loop.time() + 1.0
+    while gateway.open_relays and loop.time() < ended_by:
+        await asyncio.sleep(0.01)
     if gateway.request_log is not None:
         await gateway.request_log.flush()
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 from types import ModuleType
+from typing import Any
 
 import attrs
 
@@ -118,6 +119,7 @@ class Gateway:
     keys: KeyRing
     clock: Clock
     protocols: dict[str, ModuleType] = attrs.field(factory=lambda: dict(protocols.BY_NAME))
+    open_relays: set[Any] = attrs.field(factory=set)  # streaming exchanges in flight
     _budgets: dict[str, RetryBudget] = attrs.field(factory=dict)
     _deployments: dict[str, DeploymentConfig] = attrs.field(factory=dict)
 

@@ -33,7 +33,7 @@ from routing import Outcome
 if TYPE_CHECKING:
     from hopbase.gateway import Gateway
 
-PIECE, END, TICK, HEDGE = 0, 1, 2, 3
+PIECE, END, TICK, HEDGE, SHUTDOWN = 0, 1, 2, 3, 4
 INTERRUPTED = canonical.Error("api_error", "Response stream interrupted, please retry")
 _QUEUE_ITEMS = 4096
 
@@ -64,11 +64,13 @@ class Relay:
         self.send_timeout_s = settings.send_timeout_s
         self._ticker: asyncio.TimerHandle | None = None
         self._hedge_timer: asyncio.TimerHandle | None = None
+        self._shutting_down = False
 
     async def run(self) -> web.StreamResponse:
         """Serve the exchange; always leaves no attempt unreleased."""
         loop = asyncio.get_running_loop()
         self.last_write = loop.time()
+        self.gateway.open_relays.add(self)
         try:
             first = await self.plan.next_attempt()
             if isinstance(first, errors.GatewayError):
@@ -83,6 +85,7 @@ class Relay:
             self.exchange.client_disconnected = True
             return self._finished()
         finally:
+            self.gateway.open_relays.discard(self)
             self._stop_timers()
             await self._end_attempts()
 
@@ -97,6 +100,8 @@ class Relay:
         while True:
             item = await get()
             kind = item[0]
+            if self._shutting_down:
+                return await self._give_up(errors.AllCoolingDown("the server is shutting down"))
             if kind == PIECE:
                 attempt, data, output = item[1], item[2], item[3]
                 if self.winner is attempt:
@@ -244,6 +249,11 @@ class Relay:
         elif now - self.last_write >= self.keepalive_s * 0.95:
             self._offer((TICK,))
         self._ticker = loop.call_later(self.keepalive_s / 2, self._tick)
+
+    def shut_down(self) -> None:
+        """End this stream with the protocol's error event (graceful shutdown ran out)."""
+        self._shutting_down = True
+        self._offer((SHUTDOWN,))
 
     def _offer(self, item: tuple) -> None:
         """Queue a timer's item unless the queue is full (then events are flowing anyway)."""
