@@ -26,10 +26,11 @@ import attrs
 from hopbase import canonical
 
 LOREM = (
-    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
-    "incididunt ut labore et dolore magna aliqua ut enim ad minim veniam quis nostrud "
-    "exercitation ullamco laboris nisi ut aliquip ex ea commodo consequat"
-).split()
+    "lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do",
+    "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua", "ut",
+    "enim", "ad", "minim", "veniam", "quis", "nostrud", "exercitation", "ullamco", "laboris",
+    "nisi", "ut", "aliquip", "ex", "ea", "commodo", "consequat",
+)
 MIN_STEP_S = 0.002
 _PROMPT_KEYS = ("messages", "input", "system", "instructions", "prompt")
 _MAX_TOKEN_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")

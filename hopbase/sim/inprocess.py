@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from types import ModuleType
 from typing import Any
 
 import orjson
 
 from hopbase import errors, sse
+from hopbase.config import SimulatedConfig
 from hopbase.protocols import BY_NAME
 from hopbase.sim.generator import (
     Failure,
@@ -35,6 +36,11 @@ from hopbase.sim.generator import (
 
 JSON_HEADERS = {"content-type": "application/json"}
 STREAM_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+
+# Answer ids in each provider's style.
+_ID_PREFIXES = {
+    "openai_chat": "chatcmpl-", "openai_responses": "resp_", "anthropic_messages": "msg_",
+}
 
 # status -> (error type in Anthropic's words, OpenAI error code)
 _ERROR_TYPES: dict[int, tuple[str, str | None]] = {
@@ -70,7 +76,7 @@ class SimulatedResponse:
         self._started_at = asyncio.get_running_loop().time()
         self._closed = False
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self) -> AsyncGenerator[bytes, None]:
         """The body, chunk by chunk, each at its scheduled time."""
         kept = self._kept_chunks()
         loop = asyncio.get_running_loop()
@@ -165,7 +171,7 @@ def _include_usage(protocol: str, body: Mapping[str, Any]) -> bool:
 async def simulated_request(
     protocol: str,
     body: Mapping[str, Any],
-    settings: SimulatedSettings,
+    settings: SimulatedSettings | None,
     counter_state: RequestCounter,
 ) -> SimulatedResponse:
     """Answer wire request ``body`` of ``protocol`` as a simulated deployment would.
@@ -173,16 +179,19 @@ async def simulated_request(
     Args:
         protocol: openai_chat | openai_responses | anthropic_messages.
         body: the upstream wire JSON (its ``model`` is echoed back).
-        settings: timing, text and scripted failures (`hopbase.config.SimulatedConfig`).
+        settings: timing, text and scripted failures (`hopbase.config.SimulatedConfig`);
+            None means the defaults.
         counter_state: this deployment's `RequestCounter` (keep one per deployment).
     """
     module = BY_NAME[protocol]
+    settings = settings if settings is not None else SimulatedConfig()
     request_id = _new_id()
     failure = planned_failure(settings, counter_state.next())
     if failure is not None and failure.kind == "status":
         return _status_response(protocol, failure, request_id)
     model = str(body.get("model") or "simulated")
-    answer = SimulatedAnswer.create(settings, body, model, request_id)
+    answer_id = _ID_PREFIXES[protocol] + request_id
+    answer = SimulatedAnswer.create(settings, body, model, answer_id)
     id_header = _id_header(protocol, request_id)
     if body.get("stream") is True:
         chunks = _stream_chunks(module, answer, model, _include_usage(protocol, body), request_id)

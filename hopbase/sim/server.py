@@ -79,7 +79,8 @@ def _answer_handler(protocol: str) -> Callable[[web.Request], Awaitable[web.Stre
         try:
             if answer.stream:
                 return await _stream(request, answer)
-            return web.Response(status=answer.status, body=await answer.read(), headers=answer.headers)
+            body_bytes = await answer.read()
+            return web.Response(status=answer.status, body=body_bytes, headers=answer.headers)
         except ConnectionResetError:
             _reset(request)
             # Answering on an aborted connection is a no-op that aiohttp handles quietly.

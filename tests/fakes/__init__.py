@@ -83,8 +83,9 @@ def parse_body(raw: bytes) -> dict[str, Any] | bytes:
 
 def error_body(protocol: str, status: int, message: str) -> dict[str, Any]:
     """The error JSON a real provider of ``protocol`` sends with ``status``."""
-    server_side = status >= 500
-    default = ("api_error", "server_error", None) if server_side else ("invalid_request_error",) * 2 + (None,)
+    default: tuple[str, str, str | None] = ("invalid_request_error", "invalid_request_error", None)
+    if status >= 500:
+        default = ("api_error", "server_error", None)
     anthropic_type, openai_type, code = _ERRORS.get(status, default)
     if protocol == "anthropic_messages":
         return {
@@ -117,11 +118,14 @@ def json_answer(protocol: str, body: dict[str, Any], text: str) -> dict[str, Any
     model, pieces, input_tokens = _basics(body, text)
     output_tokens = len(pieces)
     if protocol == "openai_chat":
-        message = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+        message: dict[str, Any] = {
+            "role": "assistant", "content": text, "refusal": None, "annotations": []
+        }
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
         return {
             "id": new_id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            "choices": [choice],
             "usage": _chat_usage(input_tokens, output_tokens),
             "service_tier": "default", "system_fingerprint": "fp_fake00001",
         }
@@ -162,7 +166,9 @@ def _chat_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def _chat_stream(model: str, pieces: list[str], input_tokens: int, include_usage: bool) -> list[bytes]:
+def _chat_stream(
+    model: str, pieces: list[str], input_tokens: int, include_usage: bool
+) -> list[bytes]:
     head: dict[str, Any] = {
         "id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()),
         "model": model, "service_tier": "default", "system_fingerprint": "fp_fake00001",
@@ -177,7 +183,8 @@ def _chat_stream(model: str, pieces: list[str], input_tokens: int, include_usage
     events += [chunk({"content": piece}) for piece in pieces]
     events.append(chunk({}, "stop"))
     if include_usage:
-        events.append(_data({**head, "choices": [], "usage": _chat_usage(input_tokens, len(pieces))}))
+        usage = _chat_usage(input_tokens, len(pieces))
+        events.append(_data({**head, "choices": [], "usage": usage}))
     events.append(DONE)
     return events
 
@@ -209,7 +216,9 @@ def _response_object(
 
 def _response_message(item_id: str, text: str | None, status: str) -> dict[str, Any]:
     content = [] if text is None else [_output_text(text)]
-    return {"id": item_id, "type": "message", "status": status, "content": content, "role": "assistant"}
+    return {
+        "id": item_id, "type": "message", "status": status, "content": content, "role": "assistant"
+    }
 
 
 def _output_text(text: str) -> dict[str, Any]:
@@ -240,7 +249,9 @@ def _responses_stream(model: str, pieces: list[str], input_tokens: int) -> list[
         {"type": "response.completed",
          "response": _response_object(response_id, model, "completed", [done_item], usage)},
     ]
-    return [_named({**payload, "sequence_number": number}) for number, payload in enumerate(payloads)]
+    return [
+        _named({**payload, "sequence_number": number}) for number, payload in enumerate(payloads)
+    ]
 
 
 def _messages_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:

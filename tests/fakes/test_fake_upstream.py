@@ -12,12 +12,12 @@ import anthropic
 import openai
 import orjson
 import pytest
-from anthropic.types import RawMessageStreamEvent
-from openai.types.chat import ChatCompletionChunk
-from openai.types.responses import ResponseStreamEvent
+from anthropic.types import Message, RawMessageStreamEvent
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.fakes import GOLDEN_DIRECTORY
+from tests.fakes import GOLDEN_DIRECTORY, json_answer, stream_answer
 from tests.fakes.upstream import FakeUpstream, Reply, golden_events
 
 CHAT_BODY = {"model": "up-model", "messages": [{"role": "user", "content": "Say hello"}]}
@@ -40,6 +40,10 @@ async def post(
     session: aiohttp.ClientSession, fake: FakeUpstream, name: str, path: str, body: Any
 ) -> aiohttp.ClientResponse:
     return await session.post(f"{fake.url}/{name}{path}", json=body)
+
+
+def openai_client(base_url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
 
 
 def data_of(event: bytes) -> Any:
@@ -101,7 +105,8 @@ async def test_status_has_realistic_error_body_per_protocol_and_retry_after(
     assert (anthropic_answer.status, anthropic_body["type"], anthropic_body["error"]) == (
         529, "error", {"type": "overloaded_error", "message": "fake status 529 from b"},
     )
-    assert (custom.status, await custom.json(), custom.headers["x-extra"]) == (400, {"custom": True}, "1")
+    assert (custom.status, custom.headers["x-extra"]) == (400, "1")
+    assert await custom.json() == {"custom": True}
 
 
 async def test_stream_writes_events_in_order_after_first_delay(
@@ -182,7 +187,7 @@ async def test_stall_keeps_the_connection_open_until_the_client_closes(
     assert since_last_write >= 0.2
 
 
-async def test_keep_alive_connection_is_closed_when_the_client_closes_it(fake: FakeUpstream) -> None:
+async def test_keep_alive_connection_closes_when_the_client_closes_it(fake: FakeUpstream) -> None:
     async with aiohttp.ClientSession() as client:
         answer = await post(client, fake, "a", "/v1/chat/completions", CHAT_BODY)
         await answer.read()
@@ -196,7 +201,9 @@ async def test_wait_closed_without_any_request_fails_clearly(fake: FakeUpstream)
         await fake.wait_closed("nobody")
 
 
-async def test_json_reply_waits_its_delay(fake: FakeUpstream, session: aiohttp.ClientSession) -> None:
+async def test_json_reply_waits_its_delay(
+    fake: FakeUpstream, session: aiohttp.ClientSession
+) -> None:
     fake.script("a", Reply.json({"ok": True}, status=202, delay_s=0.1))
     started = time.monotonic()
 
@@ -236,7 +243,8 @@ async def test_headers_then_eof_sends_sse_headers_and_no_event(
 
     answer = await post(session, fake, "a", "/v1/chat/completions", STREAM_BODY)
 
-    assert (answer.status, answer.headers["content-type"]) == (200, "text/event-stream; charset=utf-8")
+    assert answer.status == 200
+    assert answer.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert await answer.read() == b""
     await fake.wait_closed("a", timeout=0.5)
 
@@ -273,7 +281,7 @@ async def test_stream_rejects_an_unknown_ending() -> None:
 
 
 async def test_default_chat_answers_read_by_the_openai_sdk(fake: FakeUpstream) -> None:
-    async with openai.AsyncOpenAI(base_url=fake.base_url("a"), api_key="x", max_retries=0) as client:
+    async with openai_client(fake.base_url("a")) as client:
         whole = await client.chat.completions.create(model="up-model", messages=[
             {"role": "user", "content": "hi"}])
         stream = await client.chat.completions.create(
@@ -283,12 +291,13 @@ async def test_default_chat_answers_read_by_the_openai_sdk(fake: FakeUpstream) -
         chunks = [chunk async for chunk in stream]
 
     assert whole.choices[0].message.content == "Hello from a"
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello from a"
+    text = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(text) == "Hello from a"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
 
 
 async def test_default_responses_answers_read_by_the_openai_sdk(fake: FakeUpstream) -> None:
-    async with openai.AsyncOpenAI(base_url=fake.base_url("b"), api_key="x", max_retries=0) as client:
+    async with openai_client(fake.base_url("b")) as client:
         whole = await client.responses.create(model="up-model", input="hi")
         async with client.responses.stream(model="up-model", input="hi") as stream:
             async for _ in stream:
@@ -304,7 +313,8 @@ async def test_default_messages_answers_read_by_the_anthropic_sdk(fake: FakeUpst
     async with anthropic.AsyncAnthropic(base_url=base_url, api_key="x", max_retries=0) as client:
         messages: Any = [{"role": "user", "content": "hi"}]
         whole = await client.messages.create(model="up-model", max_tokens=50, messages=messages)
-        async with client.messages.stream(model="up-model", max_tokens=50, messages=messages) as stream:
+        streaming = client.messages.stream(model="up-model", max_tokens=50, messages=messages)
+        async with streaming as stream:
             final = await stream.get_final_message()
 
     assert whole.content[0].type == "text" and whole.content[0].text == "Hello from c"
@@ -313,18 +323,25 @@ async def test_default_messages_answers_read_by_the_anthropic_sdk(fake: FakeUpst
     assert fake.requests("c")[0].path == "/v1/messages"
 
 
+def chunk_of(event: bytes) -> ChatCompletionChunk:
+    return ChatCompletionChunk.model_validate(data_of(event))
+
+
 def test_golden_chat_files_have_the_documented_shape() -> None:
-    text = [ChatCompletionChunk.model_validate(data_of(e)) for e in golden_events("chat_text.sse")[:-1]]
-    tool = [ChatCompletionChunk.model_validate(data_of(e)) for e in golden_events("chat_tool.sse")[:-1]]
+    text = [chunk_of(event) for event in golden_events("chat_text.sse")[:-1]]
+    tool = [chunk_of(event) for event in golden_events("chat_tool.sse")[:-1]]
     reasoning = [data_of(e) for e in golden_events("chat_reasoning.sse")[:-1]]
 
     assert [c.choices[0].delta.role for c in text[:1]] == ["assistant"]
     assert len([c for c in text if c.choices and c.choices[0].delta.content]) == 5
     assert [text[-2].choices[0].finish_reason, text[-1].choices] == ["stop", []]
     assert golden_events("chat_text.sse")[-1] == b"data: [DONE]\n\n"
-    arguments = [c.choices[0].delta.tool_calls[0].function.arguments  # type: ignore[index, union-attr]
-                 for c in tool[1:4]]
-    assert "".join(arguments) == '{"location": "Paris, France"}' and len(arguments) == 3
+    arguments = [data_of(event)["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                 for event in golden_events("chat_tool.sse")[1:4]]
+    assert arguments == ['{"location"', ': "Paris, France"', "}"]
+    assert tool[0].choices[0].delta.tool_calls is not None
+    assert tool[0].choices[0].delta.tool_calls[0].id == "call_Vf3kQ9mZ2xLp7TnR4sWbYc1H"
+    assert tool[-2].choices[0].finish_reason == "tool_calls"
     assert [c["choices"][0]["delta"].get("reasoning") for c in reasoning[1:4]] == [
         "The user asks", " for 2 + 2.", " That is 4."]
     for chunk in reasoning:
@@ -366,3 +383,31 @@ def test_golden_special_deltas_are_present() -> None:
     assert delta_types("messages_tool.sse").count("input_json_delta") == 4
     assert [e.split(b"\n")[0] for e in golden_events("responses_reasoning.sse")].count(
         b"event: response.reasoning_summary_text.delta") == 3
+
+
+@pytest.mark.parametrize(("protocol", "event_type", "skipped"), [
+    ("openai_chat", ChatCompletionChunk, [b"data: [DONE]\n\n"]),
+    ("openai_responses", ResponseStreamEvent, []),
+    ("anthropic_messages", RawMessageStreamEvent, [b'event: ping\ndata: {"type":"ping"}\n\n']),
+])
+def test_default_stream_answers_are_valid_official_events(
+    protocol: str, event_type: Any, skipped: list[bytes]
+) -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(event_type)
+    body = {**STREAM_BODY, "stream_options": {"include_usage": True}}
+    events = stream_answer(protocol, body, "Hello from a")
+    checked = [event for event in events if event not in skipped]
+
+    for event in checked:
+        adapter.validate_python(data_of(event))
+
+    assert len(events) - len(checked) == len(skipped)
+
+
+def test_default_json_answers_are_valid_official_objects() -> None:
+    chat = ChatCompletion.model_validate(json_answer("openai_chat", CHAT_BODY, "Hello from a"))
+    response = Response.model_validate(json_answer("openai_responses", CHAT_BODY, "Hi b"))
+    message = Message.model_validate(json_answer("anthropic_messages", CHAT_BODY, "Hi c"))
+
+    assert chat.choices[0].message.content == "Hello from a"
+    assert (response.output_text, message.content[0].type) == ("Hi b", "text")

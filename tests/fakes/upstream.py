@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
+import orjson
 from aiohttp import web
 
 import tests.fakes as wire
@@ -100,7 +101,9 @@ class Reply:
         return cls.stream(events, delay_s, first_delay_s, then, headers)
 
     @classmethod
-    def answer(cls, text: str | None = None, delay_s: float = 0.0, first_delay_s: float = 0.0) -> Reply:
+    def answer(
+        cls, text: str | None = None, delay_s: float = 0.0, first_delay_s: float = 0.0
+    ) -> Reply:
         """The realistic successful answer in the protocol of the path (streaming if asked).
 
         ``text`` defaults to "Hello from <deployment>"; ``delay_s`` passes between
@@ -131,7 +134,8 @@ class Reply:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         """A JSON answer with ``body``, after ``delay_s``."""
-        return cls("json", status_code=status, body=body, delay_s=delay_s, headers=dict(headers or {}))
+        all_headers = dict(headers or {})
+        return cls("json", status_code=status, body=body, delay_s=delay_s, headers=all_headers)
 
     @classmethod
     def stall_before_headers(cls, seconds: float) -> Reply:
@@ -208,12 +212,23 @@ class _Exchange:
     def protocol(self) -> str:
         return wire.protocol_of(self.path)
 
-    def headers(self, extra: Mapping[str, str] = {}) -> dict[str, str]:  # noqa: B006 - read only
+    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The headers every answer carries, plus ``extra``."""
         id_header = "request-id" if self.protocol == "anthropic_messages" else "x-request-id"
-        return {"x-fake-deployment": self.deployment, id_header: wire.new_id("req_"), **extra}
+        headers = {"x-fake-deployment": self.deployment, id_header: wire.new_id("req_")}
+        return {**headers, **(extra or {})}
 
-    async def open_stream(self, extra: Mapping[str, str], close: bool = False) -> web.StreamResponse:
+    def json(
+        self, body: Any, status: int = 200, extra: Mapping[str, str] | None = None
+    ) -> web.Response:
+        """A whole JSON answer (written once the handler returns it)."""
+        self.log.last_write_at = time.monotonic()
+        headers = self.headers({"content-type": "application/json", **(extra or {})})
+        return web.Response(status=status, body=orjson.dumps(body), headers=headers)
+
+    async def open_stream(
+        self, extra: Mapping[str, str], close: bool = False
+    ) -> web.StreamResponse:
         """Send 200 SSE headers; with ``close`` the connection closes after the body."""
         headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
         response = web.StreamResponse(status=200, headers=self.headers({**headers, **extra}))
@@ -265,17 +280,15 @@ async def _serve_answer(exchange: _Exchange, reply: Reply) -> web.StreamResponse
     body = exchange.body if isinstance(exchange.body, dict) else {}
     text = reply.text if reply.text is not None else f"Hello from {exchange.deployment}"
     if exchange.path.endswith("/models"):
-        return web.json_response(wire.models_list(), headers=exchange.headers())
+        return exchange.json(wire.models_list())
     if exchange.protocol == "unknown":
-        error = wire.error_body("openai_chat", 404, f"no route {exchange.path}")
-        return web.json_response(error, status=404, headers=exchange.headers())
+        return exchange.json(wire.error_body("openai_chat", 404, f"no route {exchange.path}"), 404)
     if body.get("stream"):
         events = wire.stream_answer(exchange.protocol, body, text)
         stream = Reply.stream(events, reply.delay_s, reply.first_delay_s, headers=reply.headers)
         return await _serve_stream(exchange, stream)
     await asyncio.sleep(reply.first_delay_s + reply.delay_s)
-    answer = wire.json_answer(exchange.protocol, body, text)
-    return web.json_response(answer, headers=exchange.headers(reply.headers))
+    return exchange.json(wire.json_answer(exchange.protocol, body, text), extra=reply.headers)
 
 
 async def _serve_status(exchange: _Exchange, reply: Reply) -> web.StreamResponse:
@@ -283,13 +296,13 @@ async def _serve_status(exchange: _Exchange, reply: Reply) -> web.StreamResponse
     if body is None:
         message = f"fake status {reply.status_code} from {exchange.deployment}"
         body = wire.error_body(exchange.protocol, reply.status_code, message)
-    return web.json_response(body, status=reply.status_code, headers=exchange.headers(reply.headers))
+    return exchange.json(body, reply.status_code, reply.headers)
 
 
 async def _serve_json(exchange: _Exchange, reply: Reply) -> web.StreamResponse:
     if reply.delay_s > 0:
         await asyncio.sleep(reply.delay_s)
-    return web.json_response(reply.body, status=reply.status_code, headers=exchange.headers(reply.headers))
+    return exchange.json(reply.body, reply.status_code, reply.headers)
 
 
 async def _serve_stall_before_headers(exchange: _Exchange, reply: Reply) -> web.StreamResponse:
@@ -357,7 +370,8 @@ class FakeUpstream:
 
     async def start(self) -> None:
         """Listen on a free loopback port."""
-        runner = web.ServerRunner(_TrackingServer(self._handle, self._connection_lost), shutdown_timeout=1.0)
+        server = _TrackingServer(self._handle, self._connection_lost)
+        runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
