@@ -19,6 +19,7 @@ import attrs
 from hopbase import protocols
 from hopbase.admission import Admission
 from hopbase.auth import KeyRing
+from hopbase.cache import ResponseCache
 from hopbase.config import Config, DeploymentConfig, ModelConfig, RoutingConfig
 from hopbase.logs import RequestLog
 from hopbase.metrics import Metrics
@@ -118,6 +119,7 @@ class Gateway:
     redact: Redactor
     keys: KeyRing
     clock: Clock
+    cache: ResponseCache
     protocols: dict[str, ModuleType] = attrs.field(factory=lambda: dict(protocols.BY_NAME))
     open_relays: set[Any] = attrs.field(factory=set)  # streaming exchanges in flight
     _budgets: dict[str, RetryBudget] = attrs.field(factory=dict)
@@ -140,6 +142,7 @@ class Gateway:
             redact=Redactor.from_config(config),
             keys=KeyRing.from_config(config),
             clock=clock,
+            cache=ResponseCache.build(config.cache, clock),
         )
         gateway._index(config)
         return gateway
@@ -155,6 +158,8 @@ class Gateway:
         """Serve ``config`` from now on; routing state of surviving deployments is kept."""
         self.router.reconfigure(routing_deployments(config), routing_policies(config))
         old = self._deployments
+        if config.cache != self.config.cache:
+            self.cache = ResponseCache.build(config.cache, self.clock)
         self.config = config
         self._index(config)
         # deployments removed by the reload stay reachable for the streams still on them
@@ -208,6 +213,8 @@ class Gateway:
         """Hand the finished exchange to the observers."""
         record = _record(exchange, status, asyncio.get_running_loop().time())
         self.metrics.observe_request(record)
+        if record.cache is not None:
+            self.metrics.cache_result(record.cache)
         if self.request_log is not None:
             self.request_log.write(record)
         return record

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from hopbase import errors
+from hopbase.cache import CACHE_HEADER
 from hopbase.config import load_config
 from hopbase.gateway import Gateway
 from hopbase.logs import parse_log_query
@@ -137,12 +138,18 @@ async def serve(gateway: Gateway, exchange: Exchange, request: web.Request) -> w
         if exchange.request.stream:
             response: web.StreamResponse = await Relay(gateway, exchange, request).run()
         else:
-            response = await serve_unary(gateway, exchange)
+            response = await gateway.cache.respond(
+                exchange, request.headers, lambda: serve_unary(gateway, exchange)
+            )
         status = response.status
         return response
     except errors.GatewayError as error:
         status, exchange.error_type = error.status, error.type
-        raise
+        if exchange.cache is None:
+            raise
+        response = error_response(error, error_protocol(request.path))
+        response.headers[CACHE_HEADER] = exchange.cache
+        return response
     except asyncio.CancelledError:
         # a committed stream answered 200; before that the client closed the request (nginx's 499)
         status = 200 if exchange.committed else 499

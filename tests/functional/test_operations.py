@@ -47,7 +47,8 @@ async def scripted_mix(url: str, fake: FakeUpstream) -> list[bytes]:
     bodies = []
     async with aiohttp.ClientSession(headers=as_client()) as session:
         plain = {"model": "gpt", "messages": MESSAGES}
-        for body in (plain, plain, {**plain, "stream": True}):
+        again = {"model": "gpt", "messages": [{"role": "user", "content": "hi again"}]}
+        for body in (plain, again, {**plain, "stream": True}):
             async with session.post(url + "/v1/chat/completions", json=body) as response:
                 bodies.append(await response.read())
                 assert response.status == 200
