@@ -140,8 +140,11 @@ class Decoder:
         return None
 
     def _dispatch(self) -> Event | None:
-        if not self._has_fields:
+        if not self._data:
+            # WHATWG: a block without a data line dispatches nothing, so a stray line
+            # without a colon ("field" with no value) or a bare ``event:`` is dropped
             self._raw.clear()
+            self._name, self._has_fields = None, False
             return None
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         event = Event(self._name, data, bytes(self._raw))

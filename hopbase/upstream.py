@@ -26,7 +26,8 @@ from aiohttp.abc import AbstractResolver, AbstractStreamWriter
 from aiohttp.payload import Payload, StringPayload
 
 from hopbase.config import DeploymentConfig, SimulatedConfig
-from hopbase.sim.inprocess import RequestCounter, simulated_media_request, simulated_request
+from hopbase.sim.inprocess import RequestCounter, simulated_request
+from hopbase.sim.media import simulated_media_request
 
 ANTHROPIC_VERSION = "2023-06-01"
 

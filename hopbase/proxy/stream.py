@@ -23,6 +23,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from hopbase import canonical, errors, sse
@@ -62,6 +63,11 @@ class Relay:
         settings = gateway.config.server
         self.keepalive_s = settings.keepalive_interval_s
         self.send_timeout_s = settings.send_timeout_s
+        # Bounded in bytes too: 4096 items of large events would hold gigabytes for one slow
+        # reader. One event larger than the limit still passes when the buffer is below it.
+        self.buffer_limit = settings.stream_buffer_bytes
+        self.buffered = 0
+        self._room = asyncio.Event()
         self._ticker: asyncio.TimerHandle | None = None
         self._hedge_timer: asyncio.TimerHandle | None = None
         self._shutting_down = False
@@ -104,6 +110,9 @@ class Relay:
                 return await self._give_up(errors.AllCoolingDown("the server is shutting down"))
             if kind == PIECE:
                 attempt, data, output = item[1], item[2], item[3]
+                self.buffered -= len(data)
+                if self.buffered < self.buffer_limit:
+                    self._room.set()
                 if self.winner is attempt:
                     await self._write(data)
                 elif self.winner is None:
@@ -255,6 +264,18 @@ class Relay:
         self._shutting_down = True
         self._offer((SHUTDOWN,))
 
+    async def put_piece(self, attempt: Attempt, data: bytes, output: bool) -> None:
+        """Queue one event for the client, waiting while the buffer is full in bytes."""
+        while self.buffered >= self.buffer_limit:
+            self._room.clear()
+            await self._room.wait()
+        self.buffered += len(data)
+        await self.queue.put((PIECE, attempt, data, output))
+
+    def buffer_full(self) -> bool:
+        """True when the client side is not keeping up (items or bytes at their bound)."""
+        return self.queue.full() or self.buffered >= self.buffer_limit
+
     def _offer(self, item: tuple) -> None:
         """Queue a timer's item unless the queue is full (then events are flowing anyway)."""
         if not self.queue.full():
@@ -363,7 +384,7 @@ class Pump:
         attempt = self.attempt
         assert attempt.response is not None
         loop = asyncio.get_running_loop()
-        put = self.relay.queue.put
+        put = self.relay.put_piece
         try:
             async for chunk in attempt.response.iter_chunks():
                 now = loop.time()
@@ -371,9 +392,9 @@ class Pump:
                 for event in self.decoder.feed(chunk):
                     data, output, error = self._observe(event, now)
                     if error is not None:
-                        return self._upstream_error(error, data)
+                        return self._upstream_error(error, event)
                     if data:
-                        await put((PIECE, attempt, data, output))
+                        await put(attempt, data, output)
         except sse.LineTooLong:
             message = "upstream sent an over-long SSE line"
             return Outcome.ERROR, Failure(Outcome.ERROR, errors.UpstreamFailed(message), True), b""
@@ -387,11 +408,17 @@ class Pump:
         error = errors.UpstreamFailed(INTERRUPTED.message)
         return Failure(Outcome.ERROR, error, retryable=True)
 
-    def _upstream_error(self, error: canonical.Error, raw: bytes) -> tuple[Outcome, Failure, bytes]:
+    def _upstream_error(
+        self, error: canonical.Error, event: sse.Event
+    ) -> tuple[Outcome, Failure, bytes]:
         failed = errors.UpstreamFailed(error.message)
         failed.type = error.type
-        failure = Failure(Outcome.ERROR, failed, retryable=True, forwarded=self.passthrough)
-        return Outcome.ERROR, failure, raw if self.passthrough else b""
+        # Only the upstream's own well-formed error event is forwarded as it is: an event
+        # that does not even parse (invalid JSON or UTF-8) would break the client's SDK,
+        # so HopBase ends the stream with its own error event instead.
+        forward = self.passthrough and _parses(event.data)
+        failure = Failure(Outcome.ERROR, failed, retryable=True, forwarded=forward)
+        return Outcome.ERROR, failure, event.raw if forward else b""
 
     def _observe(self, event: sse.Event, now: float) -> tuple[bytes, bool, canonical.Error | None]:
         """Parse one event: (bytes for the client, carries output, upstream error)."""
@@ -427,7 +454,7 @@ class Pump:
     def _check_stuck(self) -> None:
         loop = asyncio.get_running_loop()
         silent_for = loop.time() - self.last_output
-        if self.relay.queue.full():
+        if self.relay.buffer_full():
             silent_for = 0.0  # a full buffer means the client is slow, not the upstream
             self.last_output = loop.time()
         if silent_for >= self.stuck_after_s:
@@ -437,3 +464,12 @@ class Pump:
                 task.cancel()
             return
         self._arm_watchdog(self.stuck_after_s - silent_for)
+
+
+def _parses(data: bytes) -> bool:
+    """True when ``data`` is valid JSON (which implies valid UTF-8)."""
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True

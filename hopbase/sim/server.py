@@ -1,8 +1,9 @@
 """The simulated provider as an HTTP server: ``hopbase sim`` and the benchmark's mock.
 
 It speaks the OpenAI (``POST /v1/chat/completions``, ``POST /v1/responses``,
-``GET /v1/models``) and Anthropic (``POST /v1/messages``) wire formats with the
-same answers as the in-process provider (`hopbase.sim.inprocess`), so the official
+``POST /v1/images/generations``, ``POST /v1/audio/transcriptions``, ``GET /v1/models``)
+and Anthropic (``POST /v1/messages``) wire formats with the same answers as the
+in-process provider (`hopbase.sim.inprocess`, `hopbase.sim.media`), so the official
 SDKs can talk to it. It accepts any key and any model name.
 
 Speed matters (it is the benchmark's mock): every answer is rendered once, up
@@ -19,10 +20,11 @@ from typing import Any
 
 import attrs
 import orjson
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from hopbase.sim.generator import RequestCounter, SimulatedSettings
 from hopbase.sim.inprocess import JSON_HEADERS, SimulatedResponse, error_body, simulated_request
+from hopbase.sim.media import IMAGES_PATH, TRANSCRIPTIONS_PATH, simulated_media_request
 
 ROUTES = {
     "/v1/chat/completions": "openai_chat",
@@ -46,6 +48,8 @@ def make_sim_app(settings: SimulatedSettings) -> web.Application:
     app[SIMULATOR] = _Simulator(settings)
     for path, protocol in ROUTES.items():
         app.router.add_post(path, _answer_handler(protocol))
+    for path in (IMAGES_PATH, TRANSCRIPTIONS_PATH):
+        app.router.add_post("/v1" + path, _media_handler(path))
     app.router.add_get("/v1/models", _models)
     return app
 
@@ -76,19 +80,66 @@ def _answer_handler(protocol: str) -> Callable[[web.Request], Awaitable[web.Stre
             )
         simulator = request.app[SIMULATOR]
         answer = await simulated_request(protocol, body, simulator.settings, simulator.counter)
-        try:
-            if answer.stream:
-                return await _stream(request, answer)
-            body_bytes = await answer.read()
-            return web.Response(status=answer.status, body=body_bytes, headers=answer.headers)
-        except ConnectionResetError:
-            _reset(request)
-            # Answering on an aborted connection is a no-op that aiohttp handles quietly.
-            return web.Response(status=502)
-        finally:
-            answer.close()
+        return await _respond(request, answer)
 
     return handle
+
+
+def _media_handler(path: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Images take JSON; transcriptions a multipart upload, counted but not kept."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        upload_bytes = 0
+        body: Any = None
+        if request.content_type == "multipart/form-data":
+            body, upload_bytes = await _read_form(request)
+        else:
+            try:
+                body = orjson.loads(await request.read())
+            except orjson.JSONDecodeError:
+                body = None
+        if not isinstance(body, dict):
+            message = "the request body must be a JSON object or a multipart form"
+            return web.Response(
+                status=400, body=error_body("openai_chat", 400, message), headers=JSON_HEADERS
+            )
+        simulator = request.app[SIMULATOR]
+        answer = await simulated_media_request(
+            path, body, upload_bytes, simulator.settings, simulator.counter
+        )
+        return await _respond(request, answer)
+
+    return handle
+
+
+async def _read_form(request: web.Request) -> tuple[dict[str, str], int]:
+    """The text fields of a multipart upload, and how many file bytes it carried."""
+    fields: dict[str, str] = {}
+    upload_bytes = 0
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.filename is not None:
+            while chunk := await part.read_chunk():
+                upload_bytes += len(chunk)
+        elif part.name:
+            fields[part.name] = (await part.read()).decode("utf-8", "replace")
+    return fields, upload_bytes
+
+
+async def _respond(request: web.Request, answer: SimulatedResponse) -> web.StreamResponse:
+    try:
+        if answer.stream:
+            return await _stream(request, answer)
+        body_bytes = await answer.read()
+        return web.Response(status=answer.status, body=body_bytes, headers=answer.headers)
+    except ConnectionResetError:
+        _reset(request)
+        # Answering on an aborted connection is a no-op that aiohttp handles quietly.
+        return web.Response(status=502)
+    finally:
+        answer.close()
 
 
 async def _stream(request: web.Request, answer: SimulatedResponse) -> web.StreamResponse:
