@@ -15,6 +15,7 @@ import attrs
 
 from hopbase import errors
 from hopbase.config import Config
+from routing.window import SlidingWindow
 
 
 def _digest(key: str) -> bytes:
@@ -86,3 +87,35 @@ class KeyRing:
         key = presented_key(headers)
         if key is None or self.metrics is None or not hmac.compare_digest(self.metrics, _digest(key)):
             raise errors.Unauthorized("metrics key required")
+
+
+@attrs.define
+class ClientLimiter:
+    """Per-client-key request-per-minute ceilings (``auth.keys[].rpm``), sliding windows."""
+
+    _limits: dict[str, int] = attrs.field(factory=dict)
+    _windows: dict[str, SlidingWindow] = attrs.field(factory=dict)
+
+    def configure(self, config: Config) -> None:
+        """Take the ceilings of ``config``; windows of surviving keys keep their counts."""
+        self._limits = {key.name: key.rpm for key in config.client_keys if key.rpm}
+
+    def admit(self, name: str | None, now: float) -> None:
+        """Count one request of key ``name``.
+
+        Raises:
+            errors.RateLimited: the key is at its rpm ceiling (with seconds to wait).
+        """
+        limit = self._limits.get(name) if name is not None else None
+        if limit is None or name is None:
+            return
+        window = self._windows.get(name)
+        if window is None:
+            window = self._windows[name] = SlidingWindow()
+        if window.total(now) >= limit:
+            wait = window.seconds_until_at_most(limit - 1, now) or 1.0
+            raise errors.RateLimited(
+                f"key {name!r} is over its limit of {limit} requests per minute",
+                retry_after_s=wait,
+            )
+        window.add(now, 1)

@@ -18,7 +18,7 @@ import attrs
 
 from hopbase import protocols
 from hopbase.admission import Admission
-from hopbase.auth import KeyRing
+from hopbase.auth import ClientLimiter, KeyRing
 from hopbase.cache import ResponseCache
 from hopbase.config import Config, DeploymentConfig, ModelConfig, RoutingConfig
 from hopbase.logs import RequestLog
@@ -122,6 +122,7 @@ class Gateway:
     cache: ResponseCache
     protocols: dict[str, ModuleType] = attrs.field(factory=lambda: dict(protocols.BY_NAME))
     open_relays: set[Any] = attrs.field(factory=set)  # streaming exchanges in flight
+    client_limiter: ClientLimiter = attrs.field(factory=ClientLimiter)
     _budgets: dict[str, RetryBudget] = attrs.field(factory=dict)
     _deployments: dict[str, DeploymentConfig] = attrs.field(factory=dict)
 
@@ -145,6 +146,7 @@ class Gateway:
             cache=ResponseCache.build(config.cache, clock),
         )
         gateway._index(config)
+        gateway.client_limiter.configure(config)
         return gateway
 
     def _index(self, config: Config) -> None:
@@ -167,6 +169,7 @@ class Gateway:
             self._deployments.setdefault(deployment_id, deployment)
         self.redact = Redactor.from_config(config)
         self.keys = KeyRing.from_config(config)
+        self.client_limiter.configure(config)
 
     def deployment(self, deployment_id: str) -> DeploymentConfig:
         return self._deployments[deployment_id]

@@ -110,6 +110,7 @@ def protocol_route(endpoint: str, client: ModuleType) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         gateway = request.app[GATEWAY]
         key_name = gateway.keys.client(request.headers)
+        gateway.client_limiter.admit(key_name, gateway.clock.now())
         body = await read_json(request, gateway.config.server.max_body_bytes)
         parsed = client.parse_request(body)
         if parsed.model not in gateway.config.models:

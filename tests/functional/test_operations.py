@@ -202,3 +202,22 @@ async def test_secrets_never_leak_and_never_reach_the_upstream(
         assert CLIENT_KEY not in values
         lowered = {name.lower() for name in recorded.headers}
         assert not lowered & {"proxy-authorization", "te", "x-secret-hop", "x-api-key"}
+
+
+async def test_per_key_rpm_ceiling_answers_429_with_retry_after(
+    fake: FakeUpstream, hopbase: StartHopbase
+) -> None:
+    auth = {**AUTH, "keys": [{"name": "team-a", "key_env": "CLIENT_KEY", "rpm": 2}]}
+    running = await hopbase(pair(fake), env=ENV, auth=auth)
+    statuses = []
+    async with aiohttp.ClientSession(headers=as_client()) as session:
+        for index in range(3):
+            body = {"model": "gpt", "messages": [{"role": "user", "content": f"q{index}"}]}
+            async with session.post(running.url + "/v1/chat/completions", json=body) as response:
+                statuses.append(response.status)
+                last = response
+                payload = await response.json()
+    assert statuses == [200, 200, 429]
+    assert 55 <= int(last.headers["Retry-After"]) <= 60
+    assert payload["error"]["type"] == "rate_limit_error"
+    assert len(fake.requests()) == 2
