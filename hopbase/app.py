@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from hopbase.config import Config
+from hopbase.cors import cors_middleware
 from hopbase.gateway import Gateway
 from hopbase.views import GATEWAY, add_routes, envelope
 
@@ -20,9 +21,12 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
     ``client_max_size`` is one byte over ``max_body_bytes`` so the view, not aiohttp,
     answers an oversized body, in the client protocol's shape.
     """
+    middlewares = [envelope]
+    if config.server.cors_origins:
+        middlewares.insert(0, cors_middleware(config.server.cors_origins))
     app = web.Application(
         client_max_size=config.server.max_body_bytes + 1,
-        middlewares=[envelope],
+        middlewares=middlewares,
         handler_args={"max_field_size": 16384, "max_line_size": 16384},
     )
     app[GATEWAY] = gateway or Gateway.build(config)

@@ -221,3 +221,20 @@ async def test_per_key_rpm_ceiling_answers_429_with_retry_after(
     assert 55 <= int(last.headers["Retry-After"]) <= 60
     assert payload["error"]["type"] == "rate_limit_error"
     assert len(fake.requests()) == 2
+
+
+async def test_no_cors_headers_unless_configured(fake: FakeUpstream, hopbase: StartHopbase) -> None:
+    plain = await hopbase(pair(fake))
+    allowed = await hopbase(pair(fake), server={"cors_origins": ["https://app.example"]})
+    origin = {"Origin": "https://app.example"}
+    async with aiohttp.ClientSession() as session:
+        async with session.get(plain.url + "/v1/models", headers=origin) as response:
+            assert "Access-Control-Allow-Origin" not in response.headers
+        async with session.get(allowed.url + "/v1/models", headers=origin) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        async with session.get(allowed.url + "/v1/models",
+                               headers={"Origin": "https://evil.example"}) as response:
+            assert "Access-Control-Allow-Origin" not in response.headers
+        async with session.options(allowed.url + "/v1/chat/completions", headers=origin) as response:
+            assert response.status == 204
+            assert "Authorization" in response.headers["Access-Control-Allow-Headers"]
