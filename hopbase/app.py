@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from hopbase.config import Config
 from hopbase.cors import cors_middleware
@@ -21,7 +22,7 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
     ``client_max_size`` is one byte over ``max_body_bytes`` so the view, not aiohttp,
     answers an oversized body, in the client protocol's shape.
     """
-    middlewares = [envelope]
+    middlewares: list[Middleware] = [envelope]
     if config.server.cors_origins:
         middlewares.insert(0, cors_middleware(config.server.cors_origins))
     app = web.Application(

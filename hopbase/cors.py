@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-ALLOWED_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, x-request-id"
+ALLOWED_HEADERS = (
+    "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, x-request-id"
+)
 
 
-def cors_middleware(origins: Iterable[str]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def cors_middleware(origins: Iterable[str]) -> Middleware:
     """A middleware allowing browser calls from ``origins``."""
     allowed = frozenset(origins)
 
