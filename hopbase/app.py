@@ -11,6 +11,7 @@ from aiohttp.typedefs import Middleware
 from hopbase.config import Config
 from hopbase.cors import cors_middleware
 from hopbase.gateway import Gateway
+from hopbase.media import add_media_routes
 from hopbase.views import GATEWAY, add_routes, envelope
 
 log = logging.getLogger("hopbase")
@@ -32,6 +33,7 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
     )
     app[GATEWAY] = gateway or Gateway.build(config)
     add_routes(app)
+    add_media_routes(app)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain)
     app.on_cleanup.append(_stop)

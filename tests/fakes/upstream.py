@@ -1,12 +1,12 @@
 """A scripted fake upstream: one loopback aiohttp server that plays many deployments.
 
 The first path segment names the deployment: deployment ``a`` answers OpenAI at
-``{url}/a/v1/chat/completions`` and ``{url}/a/v1/responses`` and Anthropic at
-``{url}/a/v1/messages``. Tests queue `Reply` values per deployment with
-`FakeUpstream.script`; when the queue is empty `FakeUpstream.default` is used,
-else a realistic successful answer in the protocol of the path whose text says
-which deployment served it ("Hello from a"). Every response carries the header
-``x-fake-deployment``.
+``{url}/a/v1/chat/completions``, ``/responses``, ``/images/generations`` and
+``/audio/transcriptions`` (`tests.fakes.media`) and Anthropic at ``{url}/a/v1/messages``.
+Tests queue `Reply` values per deployment with `FakeUpstream.script`; when the queue
+is empty `FakeUpstream.default` is used, else a realistic successful answer in the
+protocol of the path whose text says which deployment served it ("Hello from a").
+Every response carries the header ``x-fake-deployment``.
 
 Each request is recorded (`Recorded`) and so is the life of its connection
 (`ConnectionLog`): when the last chunk was written and when the client closed the
@@ -28,7 +28,7 @@ import orjson
 from aiohttp import web
 
 import tests.fakes as wire
-from tests.fakes import golden_events
+from tests.fakes import golden_events, media
 
 __all__ = ["ConnectionLog", "FakeUpstream", "Recorded", "Reply", "golden_events"]
 
@@ -162,7 +162,11 @@ class Reply:
 
 @attrs.frozen
 class Recorded:
-    """One request as the fake received it; header names are lower case."""
+    """One request as the fake received it; header names are lower case.
+
+    A multipart body is recorded as a dict of its fields: text as ``str``, files as
+    `tests.fakes.media.FormFile`.
+    """
 
     deployment: str
     path: str
@@ -281,6 +285,8 @@ async def _serve_answer(exchange: _Exchange, reply: Reply) -> web.StreamResponse
     text = reply.text if reply.text is not None else f"Hello from {exchange.deployment}"
     if exchange.path.endswith("/models"):
         return exchange.json(wire.models_list())
+    if media.is_media(exchange.path):
+        return await _serve_media(exchange, reply, body, text)
     if exchange.protocol == "unknown":
         return exchange.json(wire.error_body("openai_chat", 404, f"no route {exchange.path}"), 404)
     if body.get("stream"):
@@ -289,6 +295,24 @@ async def _serve_answer(exchange: _Exchange, reply: Reply) -> web.StreamResponse
         return await _serve_stream(exchange, stream)
     await asyncio.sleep(reply.first_delay_s + reply.delay_s)
     return exchange.json(wire.json_answer(exchange.protocol, body, text), extra=reply.headers)
+
+
+async def _serve_media(
+    exchange: _Exchange, reply: Reply, body: dict[str, Any], text: str
+) -> web.StreamResponse:
+    """The realistic Images or Audio transcription answer, streamed when asked."""
+    images = exchange.path.endswith(media.IMAGES_PATH)
+    if media.wants_stream(body):
+        events = media.image_stream(body) if images else media.transcript_stream(text)
+        stream = Reply.stream(events, reply.delay_s, reply.first_delay_s, headers=reply.headers)
+        return await _serve_stream(exchange, stream)
+    await asyncio.sleep(reply.first_delay_s + reply.delay_s)
+    if images:
+        return exchange.json(media.image_answer(body, text), extra=reply.headers)
+    content, content_type = media.transcript_answer(body, text)
+    exchange.log.last_write_at = time.monotonic()
+    headers = exchange.headers({"content-type": content_type, **reply.headers})
+    return web.Response(body=content, headers=headers)
 
 
 async def _serve_status(exchange: _Exchange, reply: Reply) -> web.StreamResponse:
@@ -449,13 +473,16 @@ class FakeUpstream:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         deployment, _, rest = request.path.lstrip("/").partition("/")
-        raw = await request.read()
+        body: dict[str, Any] | bytes
+        if request.content_type == "multipart/form-data":
+            body = await media.read_form(request)  # request.read() stops at 1 MiB
+        else:
+            body = wire.parse_body(await request.read())
         now = time.monotonic()
         log = ConnectionLog(deployment, "/" + rest, now)
         self._connections.append(log)
         self._open.setdefault(request.protocol, []).append(log)
         headers = {key.lower(): value for key, value in request.headers.items()}
-        body = wire.parse_body(raw)
         self._requests.append(Recorded(deployment, log.path, headers, body, now))
         exchange = _Exchange(request, deployment, log.path, body, log)
         reply = self._next_reply(deployment)
