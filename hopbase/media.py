@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import attrs
 from aiohttp import BodyPartReader, web
 
 from hopbase import canonical, errors, sse
 from hopbase.gateway import Gateway
 from hopbase.protocols import openai_media
-from hopbase.proxy.attempt import Attempt, Failure, classify_status
+from hopbase.proxy.attempt import Attempt, Failure
 from hopbase.proxy.flow import Exchange, Plan
 from hopbase.proxy.stream import Relay
-from hopbase.upstream import FormPart, Transport, Upload
+from hopbase.proxy.unary import read_body
+from hopbase.upstream import FormPart, Transport, Upload, UpstreamResponse
 from hopbase.views import GATEWAY, REQUEST_ID, read_json
 from routing import Lease, Outcome
 
@@ -176,41 +176,16 @@ class MediaAttempt(Attempt):
     path: str = ""
     upload: Upload | None = None  # the audio upload, its model already this deployment's
 
-    async def send(
+    async def request(
         self,
         transport: Transport,
         body: dict[str, Any],
         client_headers: Mapping[str, str],
         headers_timeout_s: float,
-        redact: Callable[[str], str],
-    ) -> Failure | None:
-        """Send the request (``body`` for images, the upload for audio); None when 200."""
-        self.sent_at = asyncio.get_running_loop().time()
+    ) -> UpstreamResponse:
+        """Send ``body`` for images, the upload for audio."""
         payload: dict[str, Any] | Upload = self.upload if self.upload is not None else body
-        try:
-            response = await transport.send_media(
-                self.deployment, self.path, payload, headers_timeout_s
-            )
-        except TimeoutError:
-            timeout = errors.UpstreamTimeout("upstream did not answer in time")
-            return self._fail(Outcome.TIMEOUT, timeout)
-        except (aiohttp.ClientError, OSError) as error:
-            message = redact(f"upstream connection failed: {type(error).__name__}")
-            return self._fail(Outcome.ERROR, errors.UpstreamFailed(message))
-        self.response = response
-        if response.status == 200:
-            return None
-        try:
-            async with asyncio.timeout(headers_timeout_s):
-                error_body = await response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            error_body = b""
-        finally:
-            response.close()
-        self.failure = classify_status(
-            response.status, response.headers, error_body[:_ERROR_BODY_LIMIT], redact
-        )
-        return self.failure
+        return await transport.send_media(self.deployment, self.path, payload, headers_timeout_s)
 
 
 @attrs.define(eq=False)
@@ -241,19 +216,14 @@ class MediaPlan(Plan):
         _check_servable(gateway, exchange, plan.excluded, streaming, path)
         return plan
 
-    def _attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
-        if not self.first_attempt_made:
-            self.first_attempt_made = True
-            self.gateway.budget(group).record_first_attempt()
+    def make_attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
         deployment = self.gateway.deployment(lease.deployment.id)
         upload = self.upload
         if upload is not None:
             upload = upload.with_field("model", deployment.upstream_model)
-        attempt = MediaAttempt(
+        return MediaAttempt(
             lease, deployment, group, openai_media, hedge=hedge, path=self.path, upload=upload
         )
-        self.exchange.attempts.append(attempt)
-        return attempt
 
     def headers_timeout(self, attempt: Attempt) -> float:
         if self.upload is not None:
@@ -352,7 +322,7 @@ async def _try_whole(plan: MediaPlan, attempt: Attempt) -> web.Response | Failur
     assert attempt.response is not None
     content_type = attempt.response.headers.get("Content-Type", "application/json")
     stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
-    body = await _read_whole(attempt, stuck_after_s)
+    body = await read_body(attempt, stuck_after_s)
     if isinstance(body, Failure):
         attempt.failure = body
         return body
@@ -363,23 +333,3 @@ async def _try_whole(plan: MediaPlan, attempt: Attempt) -> web.Response | Failur
     if attempt.model_group != exchange.model_group:
         headers["x-hopbase-fallback"] = attempt.model_group
     return web.Response(body=body, headers=headers)
-
-
-async def _read_whole(attempt: Attempt, stuck_after_s: float) -> bytes | Failure:
-    """The whole upstream body; a pause of ``stuck_after_s`` makes the attempt stuck."""
-    assert attempt.response is not None
-    loop = asyncio.get_running_loop()
-    chunks: list[bytes] = []
-    try:
-        async with asyncio.timeout(stuck_after_s) as deadline:
-            async for chunk in attempt.response.iter_chunks():
-                now = loop.time()
-                attempt.mark_output(now)
-                attempt.last_chunk_at = now
-                chunks.append(chunk)
-                deadline.reschedule(now + stuck_after_s)
-    except TimeoutError:
-        return Failure(Outcome.STUCK, errors.UpstreamTimeout("upstream stopped sending"), True)
-    except (aiohttp.ClientError, OSError):
-        return Failure(Outcome.ERROR, errors.UpstreamFailed("upstream connection broke"), True)
-    return b"".join(chunks)

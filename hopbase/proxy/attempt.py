@@ -7,14 +7,14 @@ exactly once, in `Attempt.finish`, with the outcome it earned.
 
 Outcome classification (SPEC section 7):
 
-    connect refused / reset / DNS / TLS / 3xx / 5xx / 529   error        retried
-    no headers in time                                     timeout      retried
-    429                                                    rate_limited retried (cooldown for Retry-After)
-    401 / 403                                              error + auth retried (cooldown max_s)
-    400 / 404 / 413 / 422 (and other 4xx)                  rejected     passed back, not a failure
-    no output for stuck_after_s                            stuck        retried before output
+    connect refused / reset / DNS / TLS / 3xx / 5xx / 529   error         retried
+    no headers in time                                     timeout       retried
+    429                                                    rate_limited  retried, cools
+    401 / 403                                              error + auth  retried, cools max_s
+    400 / 404 / 413 / 422 (and other 4xx)                  rejected      passed back
+    no output for stuck_after_s                            stuck         retried before output
     stream ends without its terminal event                 error
-    client gone                                            cancelled    never a failure
+    client gone                                            cancelled     never a failure
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import aiohttp
 import attrs
 import orjson
 
-from hopbase import canonical, errors, sse
+from hopbase import canonical, errors
 from hopbase.config import DeploymentConfig
 from hopbase.records import AttemptRecord
 from hopbase.upstream import Transport, UpstreamResponse
@@ -91,7 +91,8 @@ def classify_status(
     """The `Failure` for a non-200 upstream answer."""
     message = redact(upstream_message(body))
     should_retry = headers.get("x-should-retry")
-    if status in REJECTED_STATUSES or (400 <= status < 500 and status not in (401, 403, 408, 409, 429)):
+    retried_4xx = (401, 403, 408, 409, 429)
+    if status in REJECTED_STATUSES or (400 <= status < 500 and status not in retried_4xx):
         error = errors.UpstreamRejected(message, status=status)
         return Failure(Outcome.REJECTED, error, retryable=False, status=status)
     failed = errors.UpstreamFailed(f"upstream answered {status}: {message}")
@@ -141,11 +142,10 @@ class Attempt:
         loop = asyncio.get_running_loop()
         self.sent_at = loop.time()
         try:
-            response = await transport.send(
-                self.deployment, self.protocol.NAME, body, client_headers, headers_timeout_s
-            )
+            response = await self.request(transport, body, client_headers, headers_timeout_s)
         except TimeoutError:
-            return self._fail(Outcome.TIMEOUT, errors.UpstreamTimeout("upstream did not answer in time"))
+            timeout = errors.UpstreamTimeout("upstream did not answer in time")
+            return self._fail(Outcome.TIMEOUT, timeout)
         except (aiohttp.ClientError, OSError) as error:
             message = redact(f"upstream connection failed: {type(error).__name__}")
             return self._fail(Outcome.ERROR, errors.UpstreamFailed(message))
@@ -163,6 +163,18 @@ class Attempt:
             response.status, response.headers, body_bytes[:_ERROR_BODY_LIMIT], redact
         )
         return self.failure
+
+    async def request(
+        self,
+        transport: Transport,
+        body: dict[str, Any],
+        client_headers: Mapping[str, str],
+        headers_timeout_s: float,
+    ) -> UpstreamResponse:
+        """Send this attempt's upstream request; subclasses for other endpoints override it."""
+        return await transport.send(
+            self.deployment, self.protocol.NAME, body, client_headers, headers_timeout_s
+        )
 
     def _fail(self, outcome: Outcome, error: errors.GatewayError) -> Failure:
         self.failure = Failure(outcome, error, retryable=True)
@@ -218,7 +230,9 @@ class Attempt:
             last_chunk_ms=None if last is None else round(last * 1000, 1),
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
-            error_type=failure.error.type if failure and self.outcome is not Outcome.SUCCESS else None,
+            error_type=(
+                failure.error.type if failure and self.outcome is not Outcome.SUCCESS else None
+            ),
             hedge=self.hedge,
         )
 

@@ -122,12 +122,16 @@ class Plan:
         if not self.first_attempt_made:
             self.first_attempt_made = True
             self.gateway.budget(group).record_first_attempt()
+        attempt = self.make_attempt(group, lease, hedge)
+        self.exchange.attempts.append(attempt)
+        return attempt
+
+    def make_attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
+        """The attempt for ``lease``; subclasses for other endpoints override it."""
         deployment = self.gateway.deployment(lease.deployment.id)
         protocol_name = upstream_protocol(deployment.provider, self.exchange.client.NAME)
         protocol = self.gateway.protocols[protocol_name]
-        attempt = Attempt(lease, deployment, group, protocol, hedge=hedge)
-        self.exchange.attempts.append(attempt)
-        return attempt
+        return Attempt(lease, deployment, group, protocol, hedge=hedge)
 
     def body_for(self, attempt: Attempt) -> dict[str, Any]:
         return upstream_body(self.exchange, attempt.protocol, attempt.deployment.upstream_model)
@@ -142,10 +146,13 @@ def _capacity_error(
     result: NoCapacity | AllCoolingDown, previous: errors.GatewayError | None
 ) -> errors.GatewayError:
     seconds = max(1.0, result.retry_after_s)
-    if previous is not None and not isinstance(previous, errors.RateLimited | errors.AllCoolingDown):
+    capacity_errors = errors.RateLimited | errors.AllCoolingDown
+    if previous is not None and not isinstance(previous, capacity_errors):
         return previous
     if isinstance(result, AllCoolingDown):
         return errors.AllCoolingDown(
             "every deployment of this model is cooling down", retry_after_s=seconds
         )
-    return errors.RateLimited("every deployment of this model is at capacity", retry_after_s=seconds)
+    return errors.RateLimited(
+        "every deployment of this model is at capacity", retry_after_s=seconds
+    )

@@ -179,7 +179,9 @@ class Relay:
             return sse.DONE if client == "openai_responses" else b""
         if failure is not None and failure.forwarded:
             return sse.DONE if client == "openai_chat" else b""
-        error = INTERRUPTED if failure is None else canonical.Error(failure.error.type, failure.error.message)
+        error = INTERRUPTED
+        if failure is not None:
+            error = canonical.Error(failure.error.type, failure.error.message)
         return self._renderer_after_output(attempt).render_error(error)
 
     def _renderer_after_output(self, attempt: Attempt):  # type: ignore[no-untyped-def]
@@ -222,8 +224,9 @@ class Relay:
                     "x-request-id": self.exchange.id,
                 },
             )
-            if self.exchange.model_group != (self.exchange.served_group or self.exchange.model_group):
-                response.headers["x-hopbase-fallback"] = self.exchange.served_group or ""
+            served = self.exchange.served_group
+            if served is not None and served != self.exchange.model_group:
+                response.headers["x-hopbase-fallback"] = served
             await response.prepare(self.http_request)
             self.response = response
             self.exchange.committed = True
@@ -254,7 +257,8 @@ class Relay:
         if self.write_started is not None and now - self.write_started > self.send_timeout_s:
             transport = self.http_request.transport
             if transport is not None:
-                transport.abort()  # a client that reads nothing is let go; not the deployment's fault
+                # a client that reads nothing is let go; not the deployment's fault
+                transport.abort()
         elif now - self.last_write >= self.keepalive_s * 0.95:
             self._offer((TICK,))
         self._ticker = loop.call_later(self.keepalive_s / 2, self._tick)
@@ -374,7 +378,8 @@ class Pump:
             if current is not None:
                 current.uncancel()
             outcome, tail = Outcome.STUCK, b""
-            failure = Failure(Outcome.STUCK, errors.UpstreamTimeout("upstream stopped sending"), True)
+            stopped = errors.UpstreamTimeout("upstream stopped sending")
+            failure = Failure(Outcome.STUCK, stopped, retryable=True)
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()

@@ -63,14 +63,15 @@ async def _try(gateway: Gateway, plan: Plan, attempt: Attempt) -> web.Response |
     if failure is not None:
         return failure
     stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
-    body = await _read_body(attempt, stuck_after_s)
+    body = await read_body(attempt, stuck_after_s)
     if isinstance(body, Failure):
         attempt.failure = body
         return body
     return _answer(attempt, exchange, body)
 
 
-async def _read_body(attempt: Attempt, stuck_after_s: float) -> bytes | Failure:
+async def read_body(attempt: Attempt, stuck_after_s: float) -> bytes | Failure:
+    """The whole upstream body; a pause of ``stuck_after_s`` makes the attempt stuck."""
     assert attempt.response is not None
     loop = asyncio.get_running_loop()
     chunks: list[bytes] = []
@@ -94,7 +95,8 @@ def _answer(attempt: Attempt, exchange: Exchange, body: bytes) -> web.Response |
         payload = orjson.loads(body)
         response = attempt.protocol.parse_response(payload)
     except (orjson.JSONDecodeError, errors.GatewayError, KeyError, TypeError, ValueError):
-        return Failure(Outcome.ERROR, errors.UpstreamFailed("upstream sent an invalid answer"), True)
+        invalid = errors.UpstreamFailed("upstream sent an invalid answer")
+        return Failure(Outcome.ERROR, invalid, retryable=True)
     attempt.usage = response.usage
     attempt.finish(Outcome.SUCCESS)
     exchange.served_group = attempt.model_group
