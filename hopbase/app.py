@@ -45,6 +45,8 @@ async def _start(app: web.Application) -> None:
     await gateway.transport.start()
     if gateway.request_log is not None:
         await gateway.request_log.start()
+    if gateway.state is not None:
+        await gateway.state.start()
     for line in gateway.config.warnings:
         log.warning("%s", line)
 
@@ -69,6 +71,8 @@ async def _drain(app: web.Application) -> None:
 
 async def _stop(app: web.Application) -> None:
     gateway = app[GATEWAY]
+    if gateway.state is not None:
+        await gateway.state.close()
     await gateway.transport.close()
     if gateway.request_log is not None:
         await gateway.request_log.close()

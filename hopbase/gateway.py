@@ -1,9 +1,10 @@
 """The services one HopBase process runs on, built from a `Config`.
 
 `Gateway` holds the config, the router and its admission queue, the upstream
-transport, the retry budgets, the observers (metrics, request log) and the
-secret redactor. Views reach it through ``app[GATEWAY]``. Observers hang off
-`Gateway.observe`: they watch and never steer routing.
+transport, the retry budgets, the observers (metrics, request log), the
+secret redactor and, with ``state.backend: redis``, the shared state. Views
+reach it through ``app[GATEWAY]``. Observers hang off `Gateway.observe`: they
+watch and never steer routing.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import attrs
 from hopbase import protocols
 from hopbase.admission import Admission
 from hopbase.auth import ClientLimiter, KeyRing
-from hopbase.cache import ResponseCache
-from hopbase.config import Config, DeploymentConfig, ModelConfig, RoutingConfig
+from hopbase.cache import RedisStore, ResponseCache
+from hopbase.config import CacheConfig, Config, DeploymentConfig, ModelConfig, RoutingConfig
 from hopbase.logs import RequestLog
 from hopbase.metrics import Metrics
 from hopbase.proxy.attempt import Attempt
 from hopbase.proxy.flow import Exchange
 from hopbase.records import RequestRecord
+from hopbase.state import RedisState
 from hopbase.upstream import Transport
 from routing import (
     Clock,
@@ -79,6 +81,13 @@ def routing_policies(config: Config) -> dict[str, GroupPolicy]:
     return {group: group_policy(model.routing) for group, model in config.models.items()}
 
 
+def build_cache(settings: CacheConfig, clock: Clock, state: RedisState | None) -> ResponseCache:
+    """The response cache: in Redis when routing state is shared there, else in memory."""
+    if state is None or not settings.enabled:
+        return ResponseCache.build(settings, clock)
+    return ResponseCache(RedisStore(state.client, settings.ttl_s, clock))
+
+
 @attrs.define
 class Redactor:
     """Replaces every configured secret in a text with ``[redacted]``."""
@@ -120,6 +129,7 @@ class Gateway:
     keys: KeyRing
     clock: Clock
     cache: ResponseCache
+    state: RedisState | None = None  # None: state.backend memory, routing state is local
     protocols: dict[str, ModuleType] = attrs.field(factory=lambda: dict(protocols.BY_NAME))
     open_relays: set[Any] = attrs.field(factory=set)  # streaming exchanges in flight
     client_limiter: ClientLimiter = attrs.field(factory=ClientLimiter)
@@ -132,7 +142,10 @@ class Gateway:
         router = Router(routing_deployments(config), routing_policies(config), clock, random.Random(seed))
         metrics = Metrics(router.snapshot)
         router.add_cooldown_listener(metrics.cooldown_started)
-        request_log = RequestLog(config.logs.path, config.logs.retention_days) if config.logs.path else None
+        request_log = _request_log(config)
+        state = None
+        if config.state.backend == "redis":
+            state = RedisState.from_config(config.state, router, clock)
         gateway = cls(
             config=config,
             router=router,
@@ -143,7 +156,8 @@ class Gateway:
             redact=Redactor.from_config(config),
             keys=KeyRing.from_config(config),
             clock=clock,
-            cache=ResponseCache.build(config.cache, clock),
+            cache=build_cache(config.cache, clock, state),
+            state=state,
         )
         gateway._index(config)
         gateway.client_limiter.configure(config)
@@ -161,7 +175,9 @@ class Gateway:
         self.router.reconfigure(routing_deployments(config), routing_policies(config))
         old = self._deployments
         if config.cache != self.config.cache:
-            self.cache = ResponseCache.build(config.cache, self.clock)
+            self.cache = build_cache(config.cache, self.clock, self.state)
+        if config.state != self.config.state:
+            log.warning("state: changes to the state section take effect at the next restart")
         self.config = config
         self._index(config)
         # deployments removed by the reload stay reachable for the streams still on them
@@ -221,6 +237,19 @@ class Gateway:
         if self.request_log is not None:
             self.request_log.write(record)
         return record
+
+
+def _request_log(config: Config) -> RequestLog | None:
+    """The request log ``config.logs`` asks for; None when it has nowhere to write."""
+    settings = config.logs
+    if settings.backend == "postgres":
+        if config.log_dsn is None:
+            return None  # loading the config already warned that the DSN variable is unset
+        from hopbase.logs_postgres import PostgresBackend  # asyncpg loads only when used
+
+        backend = PostgresBackend(config.log_dsn)
+        return RequestLog(settings.path, settings.retention_days, backend=backend)
+    return RequestLog(settings.path, settings.retention_days) if settings.path else None
 
 
 def _record(exchange: Exchange, status: int, now: float) -> RequestRecord:

@@ -37,9 +37,9 @@ from hopbase.protocols import openai_media
 from hopbase.proxy.attempt import Attempt, Failure
 from hopbase.proxy.flow import Exchange, Plan
 from hopbase.proxy.stream import Relay
-from hopbase.proxy.unary import read_body
+from hopbase.proxy.unary import read_body, run_attempts
 from hopbase.upstream import FormPart, Transport, Upload, UpstreamResponse
-from hopbase.views import GATEWAY, REQUEST_ID, read_json
+from hopbase.views import GATEWAY, REQUEST_ID, observed, read_json
 from routing import Lease, Outcome
 
 IMAGES_PATH = "/images/generations"  # after the deployment's base_url, which ends in /v1
@@ -266,52 +266,16 @@ class MediaRelay(Relay):
 
 async def serve_media(plan: MediaPlan, request: web.Request) -> web.StreamResponse:
     """Run a media exchange and hand its record to the observers, whatever happens."""
-    gateway, exchange = plan.gateway, plan.exchange
-    status = 500
-    try:
-        if exchange.request.stream:
-            response: web.StreamResponse = await MediaRelay(plan, request).run()
-        else:
-            response = await _serve_whole(plan)
-        status = response.status
-        return response
-    except errors.GatewayError as error:
-        status, exchange.error_type = error.status, error.type
-        raise
-    except asyncio.CancelledError:
-        status = 200 if exchange.committed else 499
-        raise
-    finally:
-        gateway.observe(exchange, status)
+
+    async def run() -> web.StreamResponse:
+        if plan.exchange.request.stream:
+            return await MediaRelay(plan, request).run()
+        return await run_attempts(plan, _try_whole)
+
+    return await observed(plan.gateway, plan.exchange, request, run)
 
 
-async def _serve_whole(plan: MediaPlan) -> web.Response:
-    """Attempts in turn until one answers whole; its body passes through untouched."""
-    gateway, exchange = plan.gateway, plan.exchange
-    attempt = await plan.next_attempt()
-    try:
-        while True:
-            if isinstance(attempt, errors.GatewayError):
-                raise attempt
-            answer = await _try_whole(plan, attempt)
-            if isinstance(answer, web.Response):
-                return answer
-            attempt.finish(answer.outcome)
-            plan.note_failure(attempt, answer.error)
-            if not answer.retryable:
-                raise answer.error
-            attempt = await plan.next_attempt()
-            if not isinstance(attempt, errors.GatewayError):
-                gateway.retried(exchange)
-    except asyncio.CancelledError:
-        exchange.client_disconnected = True
-        raise
-    finally:
-        for each in exchange.attempts:
-            each.finish(Outcome.CANCELLED)
-
-
-async def _try_whole(plan: MediaPlan, attempt: Attempt) -> web.Response | Failure:
+async def _try_whole(plan: Plan, attempt: Attempt) -> web.Response | Failure:
     gateway, exchange = plan.gateway, plan.exchange
     failure = await attempt.send(
         gateway.transport, plan.body_for(attempt), {}, plan.headers_timeout(attempt),

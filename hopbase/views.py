@@ -70,7 +70,8 @@ async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse
     except errors.GatewayError as error:
         response = error_response(error, error_protocol(request.path))
     except web.HTTPException as error:
-        gateway_error = errors.status_type(error.status)(error.reason or "error", status=error.status)
+        kind = errors.status_type(error.status)
+        gateway_error = kind(error.reason or "error", status=error.status)
         response = error_response(gateway_error, error_protocol(request.path))
     if not response.prepared:
         response.headers["x-request-id"] = identifier
@@ -133,15 +134,28 @@ def protocol_route(endpoint: str, client: ModuleType) -> Handler:
 
 
 async def serve(gateway: Gateway, exchange: Exchange, request: web.Request) -> web.StreamResponse:
-    """Run the exchange and hand its record to the observers, whatever happens."""
+    """Run a chat exchange: streams relayed live, whole answers through the cache."""
+
+    async def run() -> web.StreamResponse:
+        if exchange.request.stream:
+            return await Relay(gateway, exchange, request).run()
+        return await gateway.cache.respond(
+            exchange, request.headers, lambda: serve_unary(gateway, exchange)
+        )
+
+    return await observed(gateway, exchange, request, run)
+
+
+async def observed(
+    gateway: Gateway,
+    exchange: Exchange,
+    request: web.Request,
+    run: Callable[[], Awaitable[web.StreamResponse]],
+) -> web.StreamResponse:
+    """Run ``run`` and hand the exchange's record to the observers, whatever happens."""
     status = 500
     try:
-        if exchange.request.stream:
-            response: web.StreamResponse = await Relay(gateway, exchange, request).run()
-        else:
-            response = await gateway.cache.respond(
-                exchange, request.headers, lambda: serve_unary(gateway, exchange)
-            )
+        response = await run()
         status = response.status
         return response
     except errors.GatewayError as error:
@@ -182,6 +196,9 @@ async def readyz(request: web.Request) -> web.Response:
     )
     if not enabled:
         return json_response({"status": "unready", "reason": "no enabled deployment"}, status=503)
+    if gateway.state is not None and not gateway.state.connected:
+        # still ready: this replica serves on its local state until Redis is back
+        return json_response({"status": "degraded", "reason": "redis unreachable"})
     return json_response({"status": "ok"})
 
 
@@ -217,10 +234,14 @@ def deployment_json(gateway: Gateway, snapshot: Any) -> dict[str, Any]:
         },
         "failuresInWindow": snapshot.failures_in_window,
         "firstOutputMs": _ms(snapshot.first_output_s),
-        "tokensPerSecond": None if snapshot.tokens_per_s is None else round(snapshot.tokens_per_s, 2),
+        "tokensPerSecond": _rounded(snapshot.tokens_per_s),
         "rpm": snapshot.rpm,
         "tpm": snapshot.tpm,
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _ms(seconds: float | None) -> float | None:

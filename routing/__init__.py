@@ -11,6 +11,7 @@ from routing.deployment import Deployment, DeploymentSnapshot, DeploymentState
 from routing.lease import Lease
 from routing.outcome import AttemptReport, Outcome
 from routing.policy import STRATEGY_NAMES, CooldownSettings, GroupPolicy
+from routing.remote import Load, SpeedEstimate
 from routing.router import AllCoolingDown, CooldownStarted, NoCapacity, Router
 
 __all__ = [
@@ -26,9 +27,11 @@ __all__ = [
     "FakeClock",
     "GroupPolicy",
     "Lease",
+    "Load",
     "NoCapacity",
     "Outcome",
     "RetryBudget",
     "Router",
+    "SpeedEstimate",
     "SystemClock",
 ]

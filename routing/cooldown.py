@@ -27,6 +27,11 @@ A cooldown only ever grows: a later, shorter Retry-After never shortens it.
 Failures of attempts that started before the running cooldown (stragglers) are
 stale evidence: they may lengthen it (429 Retry-After, refused key) but never
 count towards the next one.
+
+With several replicas, a cooldown another replica started is imposed here as it
+is (`CooldownState.impose`): it may lengthen the running one, never shorten it,
+and it makes attempts already in flight stragglers, a half-open trial included.
+Failures the other replicas counted in their windows add to this one's count.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ class CooldownState:
         return max(0.0, self._until - now)
 
     def failures_in_window(self, now: float, settings: CooldownSettings) -> int:
-        """Failures counted towards the next cooldown."""
+        """Failures counted towards the next cooldown (on this replica)."""
         self._forget_old_failures(now, settings)
         return len(self._failures)
 
@@ -124,12 +129,16 @@ class CooldownState:
         return Ticket(trial=trial, epoch=self._epoch)
 
     def finish(self, ticket: Ticket, report: AttemptReport, now: float,
-               settings: CooldownSettings) -> CooldownStart | None:
-        """Apply one attempt's outcome; returns the cooldown it started, if any."""
+               settings: CooldownSettings, remote_failures: int = 0) -> CooldownStart | None:
+        """Apply one attempt's outcome; returns the cooldown it started, if any.
+
+        ``remote_failures`` are the failures other replicas count in their windows.
+        """
         if ticket.trial:
             self._trial_in_flight = False
         if not report.outcome.is_failure:
-            if ticket.trial and report.outcome is Outcome.SUCCESS:
+            # a trial that started before an imposed cooldown says nothing about it
+            if ticket.trial and report.outcome is Outcome.SUCCESS and ticket.epoch == self._epoch:
                 self._clear()
             return None
         if ticket.trial:
@@ -139,10 +148,27 @@ class CooldownState:
         if ticket.epoch != self._epoch and self.phase(now) is not Phase.HEALTHY:
             self._lengthen(now, _demanded_seconds(report, settings))
             return None
-        return self._fail(report, now, settings)
+        return self._fail(report, now, settings, remote_failures)
 
-    def _fail(self, report: AttemptReport, now: float,
-              settings: CooldownSettings) -> CooldownStart | None:
+    def impose(self, now: float, until: float, reason: str, consecutive: int) -> bool:
+        """Cool down until ``until``, as another replica decided; True when that lengthened it.
+
+        Nothing changes when the running cooldown already lasts as long; otherwise the
+        cooldown counts as this deployment's ``consecutive``-th in a row (or more) and
+        the failures counted so far are spent on it.
+        """
+        if until <= max(now, self._until):
+            return False
+        self._consecutive = max(self._consecutive, consecutive)
+        self._epoch += 1
+        self._until = until
+        self._reason = reason
+        self._awaiting_trial = True
+        self._failures.clear()
+        return True
+
+    def _fail(self, report: AttemptReport, now: float, settings: CooldownSettings,
+              remote_failures: int) -> CooldownStart | None:
         """A failure of an attempt on a healthy deployment."""
         demanded = _demanded_seconds(report, settings)
         if report.auth_failure:
@@ -153,7 +179,7 @@ class CooldownState:
             return self._start(now, "rate_limited", demanded)
         self._forget_old_failures(now, settings)
         self._failures.append(now)
-        if len(self._failures) < settings.allowed_fails:
+        if len(self._failures) + remote_failures < settings.allowed_fails:
             return None
         seconds = max(backoff_seconds(self._consecutive + 1, settings), demanded or 0.0)
         return self._start(now, "failures", seconds)

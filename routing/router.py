@@ -3,6 +3,12 @@
 Pure and synchronous: the async side calls `Router.acquire`, queues on
 `NoCapacity`, and releases every lease in a ``finally``. Time and randomness are
 injected, so every decision is reproducible in tests.
+
+Replicas that share state keep routing local: a task outside routing exports this
+replica's load and estimates (`Router.local_load`, `Router.local_estimates`) and
+feeds back the sum of the others' (`Router.set_remote_load`,
+`Router.set_remote_estimates`) and the cooldowns they started
+(`Router.impose_cooldown`). No request waits on that exchange.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from routing.deployment import (
 from routing.lease import Lease
 from routing.outcome import AttemptReport
 from routing.policy import GroupPolicy
+from routing.remote import Load, SpeedEstimate
 
 _DEFAULT_POLICY = GroupPolicy()
 
@@ -202,12 +209,88 @@ class Router:
         return state.first_output_percentile(percentile)
 
     def add_release_listener(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(model_group)`` after every lease release (it must not raise)."""
+        """Call ``callback(model_group)`` whenever capacity may have freed up (must not raise).
+
+        That is after every lease release, and when the other replicas' reported
+        load of one of the group's deployments drops.
+        """
         self._release_listeners.append(callback)
 
     def add_cooldown_listener(self, callback: Callable[[CooldownStarted], None]) -> None:
         """Call ``callback(event)`` whenever a deployment starts cooling down (must not raise)."""
         self._cooldown_listeners.append(callback)
+
+    def impose_cooldown(self, deployment_id: str, until: float, reason: str,
+                        consecutive: int) -> bool:
+        """Cool a deployment down until ``until`` (router clock), as another replica decided.
+
+        A cooldown that already lasts as long is left alone, so a later, shorter one
+        never shortens it. The cooldown listeners are not called: the replica that
+        started the cooldown announced it, and announcing it here would echo it back.
+
+        Returns:
+            True when a cooldown started or grew; False otherwise, and for an id
+            this replica does not route to (its config may differ during a reload).
+        """
+        state = self._states.get(deployment_id)
+        if state is None:
+            return False
+        return state.impose_cooldown(self._clock.now(), until, reason, consecutive)
+
+    def set_remote_load(self, deployment_id: str, load: Load) -> None:
+        """Set the other replicas' combined load of a deployment (unknown ids are ignored).
+
+        It adds to this replica's own counts against ``max_in_flight``, ``rpm``, ``tpm``
+        and ``allowed_fails``, and in snapshots. When it drops, the release listeners
+        hear of the deployment's group, so requests queued for capacity try again.
+        """
+        state = self._states.get(deployment_id)
+        if state is not None and state.set_remote_load(load):
+            self._notify_release(state.deployment.model_group)
+
+    def set_remote_estimates(self, deployment_id: str, speed: SpeedEstimate) -> None:
+        """Set the other replicas' fresh estimates, used where this replica has none."""
+        state = self._states.get(deployment_id)
+        if state is not None:
+            state.set_remote_estimates(speed)
+
+    def clear_remote(self) -> None:
+        """Forget every other replica's load and estimates (the shared state is out of reach)."""
+        for deployment_id in list(self._states):
+            self.set_remote_load(deployment_id, Load())
+            self.set_remote_estimates(deployment_id, SpeedEstimate())
+
+    def local_load(self) -> dict[str, Load]:
+        """This replica's own load of every deployment, by id."""
+        now = self._clock.now()
+        return {
+            deployment_id: state.local_load(now, self.policy(state.deployment.model_group).cooldown)
+            for deployment_id, state in self._states.items()
+        }
+
+    def local_estimates(self) -> dict[str, SpeedEstimate]:
+        """This replica's own fresh estimates of every deployment, by id."""
+        now = self._clock.now()
+        return {
+            deployment_id: state.local_estimates(
+                now, self.policy(state.deployment.model_group).half_life_s)
+            for deployment_id, state in self._states.items()
+        }
+
+    def running_cooldowns(self) -> list[CooldownStarted]:
+        """The cooldowns running now, wherever they started; ``seconds`` is the time left."""
+        now = self._clock.now()
+        running = []
+        for state in self._states.values():
+            cooldown = state.running_cooldown(now)
+            if cooldown is not None:
+                running.append(CooldownStarted(state.deployment, cooldown.reason,
+                                               cooldown.seconds, cooldown.consecutive))
+        return running
+
+    def _notify_release(self, model_group: str) -> None:
+        for listener in self._release_listeners:
+            listener(model_group)
 
     def _choose(self, eligible: Sequence[DeploymentState], policy: GroupPolicy,
                 now: float) -> DeploymentState:
@@ -243,8 +326,7 @@ class Router:
         live = self._states.get(deployment.id) is state
         if started is not None and live:
             self._announce(deployment, started)
-        for listener in self._release_listeners:
-            listener(deployment.model_group)
+        self._notify_release(deployment.model_group)
 
     def _announce(self, deployment: Deployment, started: CooldownStart) -> None:
         event = CooldownStarted(deployment, started.reason, started.seconds, started.consecutive)

@@ -226,10 +226,22 @@ class ModelConfig:
 
 @attrs.frozen
 class StateConfig:
-    """Where routing state lives: this process (memory) or Redis shared by replicas."""
+    """Where routing state lives: this process (memory) or Redis shared by replicas.
+
+    Attributes:
+        backend: ``memory`` (each process on its own) or ``redis`` (shared).
+        redis_url: the Redis server, ``redis://[:password@]host:port/db``.
+        sync_interval_s: how often a replica publishes its load and estimates
+            to Redis and reads the others' (cooldowns travel at once, by pub/sub).
+        lease_s: how long a replica's published load counts after its last
+            publication, so a replica that dies leaks no slots past it; keep it
+            several sync intervals long.
+    """
 
     backend: str = _setting("memory", _one_of("memory", "redis"))
     redis_url: str = _setting("redis://127.0.0.1:6379/0", _non_empty, repr=_redacted_url)
+    sync_interval_s: float = _setting(0.2, _above(0))
+    lease_s: float = _setting(3.0, _above(0))
 
 
 @attrs.frozen

@@ -168,7 +168,6 @@ class Relay:
         following = await self.plan.next_attempt()
         if isinstance(following, errors.GatewayError):
             return await self._give_up(following)
-        self.gateway.retried(self.exchange)
         self._start(following)
         return None
 

@@ -10,6 +10,7 @@ the model group name the client asked for. A body that stops arriving for
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -25,15 +26,23 @@ if TYPE_CHECKING:
     from hopbase.gateway import Gateway
 
 
+TryAttempt = Callable[[Plan, Attempt], Awaitable["web.Response | Failure"]]
+
+
 async def serve_unary(gateway: Gateway, exchange: Exchange) -> web.Response:
     """Answer ``exchange`` with one whole JSON body, retrying before any answer."""
-    plan = Plan.for_exchange(gateway, exchange)
+    return await run_attempts(Plan.for_exchange(gateway, exchange), try_attempt)
+
+
+async def run_attempts(plan: Plan, attempt_once: TryAttempt) -> web.Response:
+    """Attempts in turn (``attempt_once`` each) until one answers whole or none is left."""
+    exchange = plan.exchange
     attempt = await plan.next_attempt()
     try:
         while True:
             if isinstance(attempt, errors.GatewayError):
                 raise attempt
-            answer = await _try(gateway, plan, attempt)
+            answer = await attempt_once(plan, attempt)
             if isinstance(answer, web.Response):
                 return answer
             attempt.finish(answer.outcome)
@@ -41,8 +50,6 @@ async def serve_unary(gateway: Gateway, exchange: Exchange) -> web.Response:
             if not answer.retryable:
                 raise answer.error
             attempt = await plan.next_attempt()
-            if not isinstance(attempt, errors.GatewayError):
-                gateway.retried(exchange)
     except asyncio.CancelledError:
         exchange.client_disconnected = True
         raise
@@ -51,8 +58,9 @@ async def serve_unary(gateway: Gateway, exchange: Exchange) -> web.Response:
             each.finish(Outcome.CANCELLED)
 
 
-async def _try(gateway: Gateway, plan: Plan, attempt: Attempt) -> web.Response | Failure:
-    exchange = plan.exchange
+async def try_attempt(plan: Plan, attempt: Attempt) -> web.Response | Failure:
+    """One attempt of a chat exchange: its whole answer, or why it failed."""
+    gateway, exchange = plan.gateway, plan.exchange
     failure = await attempt.send(
         gateway.transport,
         plan.body_for(attempt),

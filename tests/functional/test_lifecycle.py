@@ -33,7 +33,7 @@ async def test_reload_under_traffic_keeps_streams_and_applies_new_weights(
     fake: FakeUpstream, hopbase: StartHopbase, tmp_path: Path
 ) -> None:
     for name in ("a", "b", "c"):
-        fake.default(name, Reply.golden("chat_text.sse", delay_s=0.05))
+        fake.default(name, Reply.golden("chat_text.sse", delay_s=0.1))
     models = {"gpt": {"deployments": [openai_deployment(fake, n) for n in ("a", "b", "c")]}}
     running = await hopbase(models, env={"ADMIN_KEY": "admin-key-for-tests"},
                             auth={"admin_key_env": "ADMIN_KEY"})
@@ -41,7 +41,10 @@ async def test_reload_under_traffic_keeps_streams_and_applies_new_weights(
     document = yaml.safe_load(path.read_text())
     async with aiohttp.ClientSession() as session:
         streams = [asyncio.create_task(read_stream(session, running.url)) for _ in range(50)]
-        await asyncio.sleep(0.15)
+        for _ in range(100):  # until every stream holds its slot
+            if sum(s.in_flight for s in running.gateway.router.snapshot()) == 50:
+                break
+            await asyncio.sleep(0.01)
         assert sum(s.in_flight for s in running.gateway.router.snapshot()) == 50
 
         broken = yaml.safe_load(path.read_text())
