@@ -41,7 +41,7 @@ typecheck: install
 	$(BIN)/mypy
 
 bench: install bench-tools
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
