@@ -24,6 +24,7 @@ run: install
 test-tools:
 	@command -v promtool >/dev/null || { apt-get update -qq && $(APT_INSTALL) prometheus >/dev/null; }
 	@command -v redis-server >/dev/null || { apt-get update -qq && $(APT_INSTALL) redis-server >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq && $(APT_INSTALL) postgresql >/dev/null; }
 
 bench-tools:
 	@command -v wrk >/dev/null || { apt-get update -qq && $(APT_INSTALL) wrk >/dev/null; }

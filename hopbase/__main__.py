@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import socket
@@ -100,35 +102,84 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def _serve_workers(config_path: str, host: str, port: int, workers: int) -> int:
-    """N processes accepting on one port (SO_REUSEPORT); each keeps its own memory state."""
+    """N processes accepting on one port (SO_REUSEPORT); each keeps its own memory state.
+
+    The parent forwards SIGTERM, SIGINT and SIGHUP to every worker. A worker that
+    exits on its own (a crash, a failed start) stops the others, so the supervisor
+    sees the failure instead of a server running short of workers. Returns the
+    highest exit status of the workers (see `_exit_status`).
+    """
     context = multiprocessing.get_context("spawn")
+    # spawn pickles the target by module and name; under `python -m hopbase` this module
+    # is "__main__", which the workers cannot import, so name it by its package path.
+    target = importlib.import_module("hopbase.__main__")._worker
     processes = [
-        context.Process(target=_worker, args=(config_path, host, port), daemon=False)
-        for _ in range(workers)
+        context.Process(target=target, args=(config_path, host, port), name=f"hopbase-worker-{n}")
+        for n in range(workers)
     ]
-    for process in processes:
-        process.start()
+    stopping = False
 
     def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = stopping or signum != signal.SIGHUP
         for process in processes:
-            if process.pid is not None:
+            if process.pid is not None and process.exitcode is None:
                 os.kill(process.pid, signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
     for process in processes:
-        process.join()
-    return max((process.exitcode or 0) for process in processes)
+        process.start()
+    if stopping:  # a signal that came while the workers were starting reaches them all
+        forward(signal.SIGTERM, None)
+    running, statuses = list(processes), []
+    while running:
+        multiprocessing.connection.wait([process.sentinel for process in running])
+        for process in [process for process in running if not process.is_alive()]:
+            process.join()
+            running.remove(process)
+            statuses.append(_exit_status(process.exitcode, stopping))
+            if not stopping:
+                log.error("worker %s exited with %s: stopping the others", process.pid,
+                          process.exitcode)
+                forward(signal.SIGTERM, None)
+    return max(statuses)
+
+
+def _exit_status(exitcode: int | None, stopping: bool) -> int:
+    """A worker's exit code as a shell reports it (128 + N when killed by signal N).
+
+    A worker still booting when asked to stop dies of the signal itself: that is a stop.
+    """
+    if exitcode is None:
+        return 1
+    if exitcode >= 0:
+        return exitcode
+    if stopping and -exitcode in (signal.SIGTERM, signal.SIGINT):
+        return 0
+    return 128 - exitcode
 
 
 def _worker(config_path: str, host: str, port: int) -> None:
-    logging.basicConfig(level=os.environ.get("HOPBASE_LOG_LEVEL", "INFO"))
+    """One worker process of ``serve --workers N``."""
+    # Its own process group: a terminal's Ctrl-C reaches only the parent, which forwards
+    # it once; a second signal would cut the worker's graceful shutdown short.
+    os.setpgrp()
+    logging.basicConfig(
+        level=os.environ.get("HOPBASE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     serve(load_config(config_path), host, port, reuse_port=True)
 
 
 def serve(config: Config, host: str, port: int, reuse_port: bool) -> None:
-    """Serve ``config`` until SIGTERM/SIGINT; SIGHUP reloads the config."""
+    """Serve ``config`` until SIGTERM/SIGINT; SIGHUP reloads the config.
+
+    Raises:
+        SystemExit: 1 when the request log's database cannot be opened at start-up.
+    """
     from hopbase.app import make_app
+    from hopbase.logs_postgres import LogStoreError
     from hopbase.views import GATEWAY, reload_config
 
     _install_uvloop()
@@ -152,16 +203,20 @@ def serve(config: Config, host: str, port: int, reuse_port: bool) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     log.info("hopbase serving %d model groups on http://%s:%d", len(config.models), host, port)
-    web.run_app(
-        app,
-        host=None if sock else host,
-        port=None if sock else port,
-        sock=sock,
-        handler_cancellation=True,
-        shutdown_timeout=config.server.shutdown_grace_s,
-        access_log=None,
-        print=None,
-    )
+    try:
+        web.run_app(
+            app,
+            host=None if sock else host,
+            port=None if sock else port,
+            sock=sock,
+            handler_cancellation=True,
+            shutdown_timeout=config.server.shutdown_grace_s,
+            access_log=None,
+            print=None,
+        )
+    except LogStoreError as error:  # an operator's mistake, not a bug: no traceback
+        log.error("%s", error)
+        raise SystemExit(1) from None
 
 
 def _install_uvloop() -> None:
