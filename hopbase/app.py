@@ -42,9 +42,10 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
 
 async def _start(app: web.Application) -> None:
     gateway = app[GATEWAY]
-    await gateway.transport.start()
+    # the log first: if its database cannot be opened, nothing else was opened to leak
     if gateway.request_log is not None:
         await gateway.request_log.start()
+    await gateway.transport.start()
     if gateway.state is not None:
         await gateway.state.start()
     for line in gateway.config.warnings:
