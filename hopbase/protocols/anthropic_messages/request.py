@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import orjson
 
-from hopbase import canonical, errors
+from hopbase import canonical
+from hopbase.protocols.validation import fail as _fail
+from hopbase.protocols.validation import string as _string
 
 NAME = "anthropic_messages"
 DEFAULT_MAX_TOKENS = 4096
@@ -26,14 +28,6 @@ _CHOICE_FROM_WIRE: dict[Any, Literal["auto", "none", "required", "tool"]] = {
 _CHOICE_TO_WIRE = {"auto": "auto", "required": "any", "tool": "tool", "none": "none"}
 
 
-def _fail(path: str, problem: str) -> NoReturn:
-    raise errors.InvalidRequest(f"{path}: {problem}")
-
-
-def _string(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        _fail(path, "must be a string")
-    return value
 
 
 def _integer(value: Any, path: str) -> int:

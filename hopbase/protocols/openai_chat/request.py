@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, NoReturn
+from typing import Any
 
 from hopbase import canonical, errors
 from hopbase.canonical import (
@@ -15,6 +15,8 @@ from hopbase.canonical import (
     ToolCall,
     ToolResult,
 )
+from hopbase.protocols.validation import fail as _fail
+from hopbase.protocols.validation import string as _string
 
 NAME = "openai_chat"
 
@@ -32,14 +34,6 @@ _TOOL_CHOICES = {mode.mode: mode for mode in (
     canonical.ToolChoice("auto"), canonical.ToolChoice("none"), canonical.ToolChoice("required"))}
 
 
-def _fail(path: str, problem: str) -> NoReturn:
-    raise errors.InvalidRequest(f"{path}: {problem}")
-
-
-def _string(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        _fail(path, "must be a string")
-    return value
 
 
 def _optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import attrs
 
-from hopbase import canonical, errors
+from hopbase import canonical
 from hopbase.canonical import (
     ImagePart,
     Message,
@@ -23,6 +23,8 @@ from hopbase.protocols.openai_responses.wire import (
     reasoning_item,
     reasoning_signature,
 )
+from hopbase.protocols.validation import fail as _fail
+from hopbase.protocols.validation import string as _string
 
 NAME = "openai_responses"
 
@@ -40,14 +42,6 @@ _TEXT_TYPES = ("input_text", "output_text", "text")
 _TOOL_CHOICE_MODES = ("auto", "none", "required")
 
 
-def _fail(path: str, problem: str) -> NoReturn:
-    raise errors.InvalidRequest(f"{path}: {problem}")
-
-
-def _string(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        _fail(path, "must be a string")
-    return value
 
 
 def _optional(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str,
