@@ -85,7 +85,11 @@ class KeyRing:
         if not self.metrics_required:
             return
         key = presented_key(headers)
-        if key is None or self.metrics is None or not hmac.compare_digest(self.metrics, _digest(key)):
+        if (
+            key is None
+            or self.metrics is None
+            or not hmac.compare_digest(self.metrics, _digest(key))
+        ):
             raise errors.Unauthorized("metrics key required")
 
 

@@ -139,7 +139,9 @@ class Gateway:
     @classmethod
     def build(cls, config: Config, clock: Clock | None = None, seed: int | None = None) -> Gateway:
         clock = clock or SystemClock()
-        router = Router(routing_deployments(config), routing_policies(config), clock, random.Random(seed))
+        router = Router(
+            routing_deployments(config), routing_policies(config), clock, random.Random(seed)
+        )
         metrics = Metrics(router.snapshot)
         router.add_cooldown_listener(metrics.cooldown_started)
         request_log = _request_log(config)
@@ -274,8 +276,9 @@ def _record(exchange: Exchange, status: int, now: float) -> RequestRecord:
         first_output_ms=winner.first_output_ms if winner else None,
         last_chunk_ms=winner.last_chunk_ms if winner else None,
         input_tokens=sum(a.input_tokens for a in attempts if a.outcome == "success" or a is winner),
-        output_tokens=sum(a.output_tokens for a in attempts if a.outcome == "success" or a is winner),
+        output_tokens=sum(
+            a.output_tokens for a in attempts if a.outcome == "success" or a is winner
+        ),
         attempts=attempts,
         error_type=exchange.error_type,
     )
-

@@ -37,7 +37,8 @@ class RequestRecord:
 
     id: str
     created_at: float  # unix seconds
-    endpoint: str  # chat.completions | responses | messages | images.generations | audio.transcriptions
+    # chat.completions | responses | messages | images.generations | audio.transcriptions
+    endpoint: str
     model: str  # the model group the client asked for
     key: str | None  # the client key's name, never the key
     stream: bool

@@ -21,9 +21,10 @@ def client(url: str, key: str = "unused") -> openai.AsyncOpenAI:
 
 
 async def raw_stream(url: str, body: dict, headers: dict | None = None) -> bytes:
-    async with aiohttp.ClientSession() as session, session.post(
-        url + "/v1/chat/completions", json=body, headers=headers or {}
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/chat/completions", json=body, headers=headers or {}) as response,
+    ):
         assert response.status == 200
         return await response.read()
 
@@ -48,8 +49,12 @@ async def test_stream_bytes_equal_upstream_bytes_with_include_usage(
 ) -> None:
     fake.default("a", Reply.golden("chat_text.sse"))
     running = await hopbase({"gpt": {"deployments": [openai_deployment(fake, "a")]}})
-    body = {"model": "gpt", "messages": MESSAGES, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "gpt",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     received = await raw_stream(running.url, body)
     assert without_keepalives(received) == b"".join(golden_events("chat_text.sse"))
 
@@ -81,12 +86,15 @@ async def test_sdk_stream_through_fake_upstream(fake: FakeUpstream, hopbase: Sta
 @pytest.mark.parametrize("include_usage", [True, False])
 async def test_sdk_through_simulated_provider(hopbase: StartHopbase, include_usage: bool) -> None:
     simulated = {"first_output_ms": 5, "tokens_per_s": 2000, "output_tokens": 12}
-    running = await hopbase({"demo": {"deployments": [
-        {"id": "sim", "provider": "simulated", "simulated": simulated}]}})
+    running = await hopbase(
+        {"demo": {"deployments": [{"id": "sim", "provider": "simulated", "simulated": simulated}]}}
+    )
     async with client(running.url) as sdk:
         whole = await sdk.chat.completions.create(model="demo", messages=MESSAGES)
         stream = await sdk.chat.completions.create(
-            model="demo", messages=MESSAGES, stream=True,
+            model="demo",
+            messages=MESSAGES,
+            stream=True,
             stream_options={"include_usage": include_usage},
         )
         chunks = [chunk async for chunk in stream]
@@ -103,8 +111,9 @@ async def test_keepalive_comments_fall_between_events(
     fake.script("a", Reply.stream(events[:3] + events[3:], delay_s=0.0))
     slow = [events[0], events[1], events[2]]
     fake.script("a", Reply.stream(slow, delay_s=0.6, then="end"))
-    running = await hopbase({"gpt": {"deployments": [openai_deployment(fake, "a")]}},
-                            routing={"stuck_after_s": 5})
+    running = await hopbase(
+        {"gpt": {"deployments": [openai_deployment(fake, "a")]}}, routing={"stuck_after_s": 5}
+    )
     first = await raw_stream(running.url, {"model": "gpt", "messages": MESSAGES, "stream": True})
     assert sse.KEEPALIVE not in first
     received = await raw_stream(running.url, {"model": "gpt", "messages": MESSAGES, "stream": True})
@@ -117,8 +126,9 @@ async def test_client_disconnect_closes_upstream_and_penalises_nothing(
     fake: FakeUpstream, hopbase: StartHopbase
 ) -> None:
     fake.script("a", Reply.golden("chat_text.sse", delay_s=0.3))
-    running = await hopbase({"gpt": {"deployments": [openai_deployment(fake, "a")]}},
-                            routing={"stuck_after_s": 5})
+    running = await hopbase(
+        {"gpt": {"deployments": [openai_deployment(fake, "a")]}}, routing={"stuck_after_s": 5}
+    )
     async with aiohttp.ClientSession() as session:
         response = await session.post(
             running.url + "/v1/chat/completions",
@@ -140,10 +150,19 @@ async def test_client_disconnect_closes_upstream_and_penalises_nothing(
 @pytest.mark.parametrize(
     ("headers", "body", "status", "code"),
     [
-        ({"Authorization": "Bearer wrong"}, {"model": "gpt", "messages": MESSAGES}, 401, "invalid_api_key"),
+        (
+            {"Authorization": "Bearer wrong"},
+            {"model": "gpt", "messages": MESSAGES},
+            401,
+            "invalid_api_key",
+        ),
         ({}, {"model": "gpt", "messages": MESSAGES}, 401, "invalid_api_key"),
-        ({"Authorization": "Bearer team-a-key"}, {"model": "nope", "messages": MESSAGES}, 404,
-         "model_not_found"),
+        (
+            {"Authorization": "Bearer team-a-key"},
+            {"model": "nope", "messages": MESSAGES},
+            404,
+            "model_not_found",
+        ),
         ({"Authorization": "Bearer team-a-key"}, {"messages": MESSAGES}, 400, "invalid_request"),
     ],
     ids=["wrong-key", "no-key", "unknown-model", "missing-model"],
@@ -156,9 +175,10 @@ async def test_errors_in_openai_shape(
         env={"TEAM_A_KEY": "team-a-key"},
         auth={"keys": [{"name": "team-a", "key_env": "TEAM_A_KEY"}]},
     )
-    async with aiohttp.ClientSession() as session, session.post(
-        running.url + "/v1/chat/completions", json=body, headers=headers
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(running.url + "/v1/chat/completions", json=body, headers=headers) as response,
+    ):
         payload = await response.json()
         assert response.status == status
         assert response.headers["x-request-id"].startswith("req_")
@@ -168,11 +188,15 @@ async def test_errors_in_openai_shape(
 
 
 async def test_malformed_json_and_body_too_large(fake: FakeUpstream, hopbase: StartHopbase) -> None:
-    running = await hopbase({"gpt": {"deployments": [openai_deployment(fake, "a")]}},
-                            server={"max_body_bytes": 1000})
+    running = await hopbase(
+        {"gpt": {"deployments": [openai_deployment(fake, "a")]}}, server={"max_body_bytes": 1000}
+    )
     async with aiohttp.ClientSession() as session:
-        async with session.post(running.url + "/v1/chat/completions", data=b"{not json",
-                                headers={"Content-Type": "application/json"}) as response:
+        async with session.post(
+            running.url + "/v1/chat/completions",
+            data=b"{not json",
+            headers={"Content-Type": "application/json"},
+        ) as response:
             assert response.status == 400
             assert (await response.json())["error"]["type"] == "invalid_request_error"
         big = {"model": "gpt", "messages": [{"role": "user", "content": "x" * 2000}]}
@@ -184,7 +208,8 @@ async def test_malformed_json_and_body_too_large(fake: FakeUpstream, hopbase: St
 
 async def test_request_id_is_echoed_when_sane(fake: FakeUpstream, hopbase: StartHopbase) -> None:
     running = await hopbase({"gpt": {"deployments": [openai_deployment(fake, "a")]}})
-    async with aiohttp.ClientSession() as session, session.get(
-        running.url + "/healthz", headers={"x-request-id": "abc-123"}
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(running.url + "/healthz", headers={"x-request-id": "abc-123"}) as response,
+    ):
         assert response.headers["x-request-id"] == "abc-123"

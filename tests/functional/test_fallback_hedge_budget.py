@@ -9,6 +9,7 @@ import aiohttp
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+from hopbase.logs import LogQuery
 from tests.conftest import StartHopbase, anthropic_deployment, openai_deployment
 from tests.fakes.upstream import FakeUpstream, Reply, golden_events
 
@@ -33,13 +34,19 @@ async def test_fallback_group_of_another_protocol_serves_under_the_asked_name(
 ) -> None:
     fake.default("a1", Reply.status(429, retry_after=30))
     fake.default("a2", Reply.status(429, retry_after=30))
-    running = await hopbase({
-        "group-a": {"fallbacks": ["group-b"], "deployments": [
-            openai_deployment(fake, "a1"), openai_deployment(fake, "a2")]},
-        "group-b": {"deployments": [anthropic_deployment(fake, "b1")]},
-    })
+    running = await hopbase(
+        {
+            "group-a": {
+                "fallbacks": ["group-b"],
+                "deployments": [openai_deployment(fake, "a1"), openai_deployment(fake, "a2")],
+            },
+            "group-b": {"deployments": [anthropic_deployment(fake, "b1")]},
+        }
+    )
     async with openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="x", max_retries=0) as sdk:
-        raw = await sdk.chat.completions.with_raw_response.create(model="group-a", messages=MESSAGES)
+        raw = await sdk.chat.completions.with_raw_response.create(
+            model="group-a", messages=MESSAGES
+        )
     completion = raw.parse()
     assert completion.model == "group-a"
     assert completion.choices[0].message.content == "Hello from b1"
@@ -48,7 +55,9 @@ async def test_fallback_group_of_another_protocol_serves_under_the_asked_name(
     log = running.gateway.request_log
     assert log is not None
     await log.flush()
-    record = (await log.query(__import__("hopbase.logs", fromlist=["LogQuery"]).LogQuery()))["data"][0]
+    record = (await log.query(LogQuery()))[
+        "data"
+    ][0]
     assert record["deployment"] == "b1"
     assert record["fallback"] == "group-b"
 
@@ -58,10 +67,12 @@ async def test_fallback_loop_is_a_config_error() -> None:
     from hopbase.errors import ConfigError
 
     deployment = {"id": "x", "provider": "simulated"}
-    document = {"models": {
-        "a": {"fallbacks": ["b"], "deployments": [deployment]},
-        "b": {"fallbacks": ["a"], "deployments": [{**deployment, "id": "y"}]},
-    }}
+    document = {
+        "models": {
+            "a": {"fallbacks": ["b"], "deployments": [deployment]},
+            "b": {"fallbacks": ["a"], "deployments": [{**deployment, "id": "y"}]},
+        }
+    }
     try:
         parse_config(document, {})
     except ConfigError as error:
@@ -75,16 +86,31 @@ async def test_hedge_wins_with_the_fast_deployment_and_closes_the_slow_one(
 ) -> None:
     fake.default("slow", Reply.golden("chat_text.sse", first_delay_s=2.0))
     fake.default("fast", Reply.golden("chat_text.sse", first_delay_s=0.05))
-    running = await hopbase({"gpt": {"hedge": {"after_s": 0.2}, "deployments": [
-        openai_deployment(fake, "slow", weight=1_000_000),
-        openai_deployment(fake, "fast", weight=0.000001),
-    ]}}, routing={"stuck_after_s": 10})
+    running = await hopbase(
+        {
+            "gpt": {
+                "hedge": {"after_s": 0.2},
+                "deployments": [
+                    openai_deployment(fake, "slow", weight=1_000_000),
+                    openai_deployment(fake, "fast", weight=0.000001),
+                ],
+            }
+        },
+        routing={"stuck_after_s": 10},
+    )
     started = time.monotonic()
-    async with aiohttp.ClientSession() as session, session.post(
-        running.url + "/v1/chat/completions",
-        json={"model": "gpt", "messages": MESSAGES, "stream": True,
-              "stream_options": {"include_usage": True}},
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            running.url + "/v1/chat/completions",
+            json={
+                "model": "gpt",
+                "messages": MESSAGES,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ) as response,
+    ):
         body = await response.read()
     elapsed = time.monotonic() - started
     assert body.replace(b": hopbase-keepalive\n\n", b"") == b"".join(golden_events("chat_text.sse"))
@@ -98,8 +124,12 @@ async def test_hedge_wins_with_the_fast_deployment_and_closes_the_slow_one(
     assert (snapshot.failures_in_window, snapshot.in_flight) == (0, 0)
     text = await scrape(running.url)
     assert metric_value(text, "hopbase_hedges_total", model="gpt", result="started") == 1
-    assert metric_value(text, "hopbase_upstream_attempts_total", deployment="slow",
-                        outcome="cancelled") == 1
+    assert (
+        metric_value(
+            text, "hopbase_upstream_attempts_total", deployment="slow", outcome="cancelled"
+        )
+        == 1
+    )
 
 
 async def test_retry_budget_bounds_attempts_when_everything_fails(
@@ -109,18 +139,23 @@ async def test_retry_budget_bounds_attempts_when_everything_fails(
     fake.default("b", Reply.status(500))
     running = await hopbase(
         {"gpt": {"deployments": [openai_deployment(fake, "a"), openai_deployment(fake, "b")]}},
-        routing={"max_attempts": 2, "retry_budget_ratio": 0.2,
-                 "cooldown": {"allowed_fails": 100000, "window_s": 60, "base_s": 30, "max_s": 600}},
+        routing={
+            "max_attempts": 2,
+            "retry_budget_ratio": 0.2,
+            "cooldown": {"allowed_fails": 100000, "window_s": 60, "base_s": 30, "max_s": 600},
+        },
     )
     async with aiohttp.ClientSession() as session:
         for _ in range(100):
-            async with session.post(running.url + "/v1/chat/completions",
-                                    json={"model": "gpt", "messages": MESSAGES}) as response:
+            async with session.post(
+                running.url + "/v1/chat/completions", json={"model": "gpt", "messages": MESSAGES}
+            ) as response:
                 assert response.status == 502
     attempts = len(fake.requests("a")) + len(fake.requests("b"))
     assert 100 <= attempts <= 100 * 1.2 + 3
     granted = attempts - 100
-    refused = metric_value(await scrape(running.url), "hopbase_retry_budget_exhausted_total",
-                           model="gpt")
+    refused = metric_value(
+        await scrape(running.url), "hopbase_retry_budget_exhausted_total", model="gpt"
+    )
     assert refused == 100 - granted
     await asyncio.sleep(0)

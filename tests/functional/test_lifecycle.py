@@ -18,8 +18,12 @@ from tests.conftest import FAST_ROUTING, StartHopbase, openai_deployment
 from tests.fakes.upstream import FakeUpstream, Reply, golden_events
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-STREAM = {"model": "gpt", "messages": MESSAGES, "stream": True,
-          "stream_options": {"include_usage": True}}
+STREAM = {
+    "model": "gpt",
+    "messages": MESSAGES,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
 ADMIN = {"Authorization": "Bearer admin-key-for-tests"}
 
 
@@ -35,8 +39,9 @@ async def test_reload_under_traffic_keeps_streams_and_applies_new_weights(
     for name in ("a", "b", "c"):
         fake.default(name, Reply.golden("chat_text.sse", delay_s=0.1))
     models = {"gpt": {"deployments": [openai_deployment(fake, n) for n in ("a", "b", "c")]}}
-    running = await hopbase(models, env={"ADMIN_KEY": "admin-key-for-tests"},
-                            auth={"admin_key_env": "ADMIN_KEY"})
+    running = await hopbase(
+        models, env={"ADMIN_KEY": "admin-key-for-tests"}, auth={"admin_key_env": "ADMIN_KEY"}
+    )
     path = tmp_path / "deployments.yaml"
     document = yaml.safe_load(path.read_text())
     async with aiohttp.ClientSession() as session:
@@ -56,7 +61,9 @@ async def test_reload_under_traffic_keeps_streams_and_applies_new_weights(
         assert [d.id for d in running.gateway.router.deployments("gpt")] == ["a", "b", "c"]
 
         document["models"]["gpt"]["deployments"] = [
-            openai_deployment(fake, "a", weight=1_000_000), openai_deployment(fake, "b", weight=1e-6)]
+            openai_deployment(fake, "a", weight=1_000_000),
+            openai_deployment(fake, "b", weight=1e-6),
+        ]
         path.write_text(yaml.safe_dump(document))
         async with session.post(running.url + "/admin/reload", headers=ADMIN) as response:
             assert response.status == 200
@@ -81,8 +88,11 @@ async def test_sigterm_lets_streams_finish_then_ends_the_rest_and_flushes_the_lo
     fake: FakeUpstream, tmp_path: Path
 ) -> None:
     events = golden_events("chat_text.sse")
-    fake.script("a", *[Reply.golden("chat_text.sse", delay_s=0.08) for _ in range(3)],
-                Reply.stream(events[:3], then="stall"))
+    fake.script(
+        "a",
+        *[Reply.golden("chat_text.sse", delay_s=0.08) for _ in range(3)],
+        Reply.stream(events[:3], then="stall"),
+    )
     port = free_port()
     database = tmp_path / "log.db"
     config = {
@@ -95,8 +105,16 @@ async def test_sigterm_lets_streams_finish_then_ends_the_rest_and_flushes_the_lo
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "FAKE_UPSTREAM_KEY": "sk-test"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hopbase", "serve", "--config", str(path),
-        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        sys.executable,
+        "-m",
+        "hopbase",
+        "serve",
+        "--config",
+        str(path),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:

@@ -24,10 +24,14 @@ ENV = {"CLIENT_KEY": CLIENT_KEY, "ADMIN_KEY": ADMIN_KEY, "FAKE_UPSTREAM_KEY": UP
 
 
 def pair(fake: FakeUpstream) -> dict:
-    return {"gpt": {"deployments": [
-        openai_deployment(fake, "a", weight=1_000_000),
-        openai_deployment(fake, "b", weight=0.000001),
-    ]}}
+    return {
+        "gpt": {
+            "deployments": [
+                openai_deployment(fake, "a", weight=1_000_000),
+                openai_deployment(fake, "b", weight=0.000001),
+            ]
+        }
+    }
 
 
 def as_client() -> dict[str, str]:
@@ -42,8 +46,12 @@ async def scripted_mix(url: str, fake: FakeUpstream) -> list[bytes]:
     """success on a; 429 on a then b; reset mid-stream on b; client disconnect on b."""
     events = golden_events("chat_text.sse")
     fake.script("a", Reply.answer(), Reply.status(429, retry_after=30))
-    fake.script("b", Reply.answer(), Reply.stream(events[:3], then="reset"),
-                Reply.golden("chat_text.sse", delay_s=0.3))
+    fake.script(
+        "b",
+        Reply.answer(),
+        Reply.stream(events[:3], then="reset"),
+        Reply.golden("chat_text.sse", delay_s=0.3),
+    )
     bodies = []
     async with aiohttp.ClientSession(headers=as_client()) as session:
         plain = {"model": "gpt", "messages": MESSAGES}
@@ -72,14 +80,22 @@ async def test_metrics_hold_exact_values_after_a_scripted_mix(
     assert metric_value(text, attempts, deployment="b", outcome="success") == 1
     assert metric_value(text, attempts, deployment="b", outcome="error") == 1
     assert metric_value(text, attempts, deployment="b", outcome="cancelled") == 1
-    assert metric_value(text, "hopbase_client_disconnects_total", endpoint="chat.completions",
-                        model="gpt") == 1
+    assert (
+        metric_value(
+            text, "hopbase_client_disconnects_total", endpoint="chat.completions", model="gpt"
+        )
+        == 1
+    )
     assert metric_value(text, "hopbase_retries_total", model="gpt") == 1
     assert metric_value(text, "hopbase_cooldowns_total", deployment="a", reason="rate_limited") == 1
     assert metric_value(text, "hopbase_deployment_in_flight", deployment="a") == 0
     assert metric_value(text, "hopbase_deployment_in_flight", deployment="b") == 0
-    assert metric_value(text, "hopbase_requests_total", endpoint="chat.completions", model="gpt",
-                        status="200") == 4
+    assert (
+        metric_value(
+            text, "hopbase_requests_total", endpoint="chat.completions", model="gpt", status="200"
+        )
+        == 4
+    )
 
 
 async def test_promtool_accepts_the_scrape_and_the_alert_rules(
@@ -90,11 +106,14 @@ async def test_promtool_accepts_the_scrape_and_the_alert_rules(
     running = await hopbase(pair(fake), env=ENV, auth=AUTH)
     await scripted_mix(running.url, fake)
     scraped = await scrape(running.url)
-    checked = subprocess.run([promtool, "check", "metrics"], input=scraped.encode(),
-                             capture_output=True, check=False)
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=scraped.encode(), capture_output=True, check=False
+    )
     assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
     rules = Path(__file__).parents[2] / "deploy" / "alerts.yml"
-    checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, check=False)
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, check=False
+    )
     assert checked.returncode == 0, checked.stdout.decode()
 
 
@@ -118,22 +137,28 @@ async def test_request_log_records_timelines_filters_pages_and_survives_restart(
         assert reset["attempts"][0]["outcome"] == "error"
         assert plain["key"] == "team-a" and plain["usage"]["totalTokens"] > 0
         async with session.get(running.url + "/admin/logs", params={"deployment": "a"}) as response:
-            assert [r["id"] for r in (await response.json())["data"]] == [retried["id"], plain["id"]]
-        async with session.get(running.url + "/admin/logs", params={"status": "200", "key": "team-a",
-                                                                    "model": "gpt"}) as response:
+            assert [r["id"] for r in (await response.json())["data"]] == [
+                retried["id"],
+                plain["id"],
+            ]
+        async with session.get(
+            running.url + "/admin/logs", params={"status": "200", "key": "team-a", "model": "gpt"}
+        ) as response:
             assert len((await response.json())["data"]) == 4
         async with session.get(running.url + "/admin/logs", params={"limit": "3"}) as response:
             first = await response.json()
-        async with session.get(running.url + "/admin/logs",
-                               params={"limit": "3", "cursor": first["nextCursor"]}) as response:
+        async with session.get(
+            running.url + "/admin/logs", params={"limit": "3", "cursor": first["nextCursor"]}
+        ) as response:
             second = await response.json()
         assert [r["id"] for r in first["data"] + second["data"]] == [r["id"] for r in records]
         assert second["nextCursor"] is None
     await running.server.close()
     again = await hopbase(pair(fake), env=ENV, auth=AUTH)
-    async with aiohttp.ClientSession(headers=as_admin()) as session, session.get(
-        again.url + "/admin/logs"
-    ) as response:
+    async with (
+        aiohttp.ClientSession(headers=as_admin()) as session,
+        session.get(again.url + "/admin/logs") as response,
+    ):
         assert [r["id"] for r in (await response.json())["data"]] == [r["id"] for r in records]
 
 
@@ -148,12 +173,17 @@ async def test_admin_needs_the_admin_key(
                 assert response.status == status
 
 
-async def test_admin_deployments_shows_live_state(fake: FakeUpstream, hopbase: StartHopbase) -> None:
+async def test_admin_deployments_shows_live_state(
+    fake: FakeUpstream, hopbase: StartHopbase
+) -> None:
     fake.script("a", Reply.status(429, retry_after=30))
     running = await hopbase(pair(fake), env=ENV, auth=AUTH)
     async with aiohttp.ClientSession() as session:
-        async with session.post(running.url + "/v1/chat/completions", headers=as_client(),
-                                json={"model": "gpt", "messages": MESSAGES}) as response:
+        async with session.post(
+            running.url + "/v1/chat/completions",
+            headers=as_client(),
+            json={"model": "gpt", "messages": MESSAGES},
+        ) as response:
             assert response.status == 200
         async with session.get(running.url + "/admin/deployments", headers=as_admin()) as response:
             data = {d["id"]: d for d in (await response.json())["data"]}
@@ -162,32 +192,61 @@ async def test_admin_deployments_shows_live_state(fake: FakeUpstream, hopbase: S
     assert 29 < data["a"]["cooldown"]["secondsLeft"] <= 30
     assert data["b"]["inFlight"] == 0 and data["b"]["firstOutputMs"] is not None
     assert data["b"]["rpm"] == 1
-    assert set(data["a"]) == {"model", "id", "provider", "enabled", "inFlight", "maxInFlight",
-                              "cooldown", "failuresInWindow", "firstOutputMs", "tokensPerSecond",
-                              "rpm", "tpm"}
+    assert set(data["a"]) == {
+        "model",
+        "id",
+        "provider",
+        "enabled",
+        "inFlight",
+        "maxInFlight",
+        "cooldown",
+        "failuresInWindow",
+        "firstOutputMs",
+        "tokensPerSecond",
+        "rpm",
+        "tpm",
+    }
 
 
 async def test_secrets_never_leak_and_never_reach_the_upstream(
-    fake: FakeUpstream, hopbase: StartHopbase, caplog: pytest.LogCaptureFixture,
+    fake: FakeUpstream,
+    hopbase: StartHopbase,
+    caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     caplog.set_level(logging.DEBUG)
     echo = {"error": {"message": f"bad request; you sent key {UPSTREAM_KEY}", "type": "x"}}
-    fake.script("a", Reply.status(400, body=echo), Reply.status(500, body={"error": {
-        "message": f"internal: Authorization: Bearer {UPSTREAM_KEY}"}}))
+    fake.script(
+        "a",
+        Reply.status(400, body=echo),
+        Reply.status(
+            500, body={"error": {"message": f"internal: Authorization: Bearer {UPSTREAM_KEY}"}}
+        ),
+    )
     fake.default("b", Reply.status(401, body={"error": {"message": f"key {UPSTREAM_KEY} refused"}}))
     running = await hopbase(pair(fake), env=ENV, auth=AUTH)
     seen: list[bytes] = []
     async with aiohttp.ClientSession() as session:
-        headers = {**as_client(), "Connection": "keep-alive, x-secret-hop",
-                   "Proxy-Authorization": "Basic abc", "TE": "trailers", "x-secret-hop": "1"}
+        headers = {
+            **as_client(),
+            "Connection": "keep-alive, x-secret-hop",
+            "Proxy-Authorization": "Basic abc",
+            "TE": "trailers",
+            "x-secret-hop": "1",
+        }
         for _ in range(2):
-            async with session.post(running.url + "/v1/chat/completions", headers=headers,
-                                    json={"model": "gpt", "messages": MESSAGES}) as response:
+            async with session.post(
+                running.url + "/v1/chat/completions",
+                headers=headers,
+                json={"model": "gpt", "messages": MESSAGES},
+            ) as response:
                 seen.append(await response.read())
         await running.gateway.request_log.flush()  # type: ignore[union-attr]
-        for path, auth in (("/metrics", {}), ("/admin/logs", as_admin()),
-                           ("/admin/deployments", as_admin())):
+        for path, auth in (
+            ("/metrics", {}),
+            ("/admin/logs", as_admin()),
+            ("/admin/deployments", as_admin()),
+        ):
             async with session.get(running.url + path, headers=auth) as response:
                 seen.append(await response.read())
     assert b"[redacted]" in seen[0]
@@ -232,9 +291,12 @@ async def test_no_cors_headers_unless_configured(fake: FakeUpstream, hopbase: St
             assert "Access-Control-Allow-Origin" not in response.headers
         async with session.get(allowed.url + "/v1/models", headers=origin) as response:
             assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
-        async with session.get(allowed.url + "/v1/models",
-                               headers={"Origin": "https://evil.example"}) as response:
+        async with session.get(
+            allowed.url + "/v1/models", headers={"Origin": "https://evil.example"}
+        ) as response:
             assert "Access-Control-Allow-Origin" not in response.headers
-        async with session.options(allowed.url + "/v1/chat/completions", headers=origin) as response:
+        async with session.options(
+            allowed.url + "/v1/chat/completions", headers=origin
+        ) as response:
             assert response.status == 204
             assert "Authorization" in response.headers["Access-Control-Allow-Headers"]

@@ -20,8 +20,11 @@ from tests.conftest import StartHopbase, anthropic_deployment, openai_deployment
 from tests.fakes.upstream import FakeUpstream, Reply
 
 PROMPT = "What's the weather in Paris?"
-TOOL = {"name": "get_weather", "description": "Weather for a place",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}
+TOOL = {
+    "name": "get_weather",
+    "description": "Weather for a place",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+}
 
 
 @attrs.frozen
@@ -44,16 +47,32 @@ async def chat_client(url: str, stream: bool) -> Answer:
         if not stream:
             done = await sdk.chat.completions.create(model="group", messages=messages, tools=tools)
             message = done.choices[0].message
-            calls = tuple((c.function.name, json.loads(c.function.arguments))
-                          for c in message.tool_calls or [])
+            calls = tuple(
+                (c.function.name, json.loads(c.function.arguments))
+                for c in message.tool_calls or []
+            )
             reasoning = (message.model_extra or {}).get("reasoning") or ""
             stop = "tool_use" if done.choices[0].finish_reason == "tool_calls" else "end_turn"
             assert done.usage is not None
-            return Answer(done.model, message.content or "", reasoning, calls, stop,
-                          done.usage.prompt_tokens, done.usage.completion_tokens)
-        chunks = [c async for c in await sdk.chat.completions.create(
-            model="group", messages=messages, tools=tools, stream=True,
-            stream_options={"include_usage": True})]
+            return Answer(
+                done.model,
+                message.content or "",
+                reasoning,
+                calls,
+                stop,
+                done.usage.prompt_tokens,
+                done.usage.completion_tokens,
+            )
+        chunks = [
+            c
+            async for c in await sdk.chat.completions.create(
+                model="group",
+                messages=messages,
+                tools=tools,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        ]
     return chat_answer(chunks)
 
 
@@ -72,10 +91,15 @@ def chat_answer(chunks: list[Any]) -> Answer:
             finish = choice.finish_reason or finish
     usage = chunks[-1].usage
     assert usage is not None and chunks[-1].choices == []
-    return Answer(chunks[0].model, "".join(text), "".join(reasoning),
-                  tuple((name, json.loads(args)) for name, args in calls.values()),
-                  "tool_use" if finish == "tool_calls" else "end_turn",
-                  usage.prompt_tokens, usage.completion_tokens)
+    return Answer(
+        chunks[0].model,
+        "".join(text),
+        "".join(reasoning),
+        tuple((name, json.loads(args)) for name, args in calls.values()),
+        "tool_use" if finish == "tool_calls" else "end_turn",
+        usage.prompt_tokens,
+        usage.completion_tokens,
+    )
 
 
 async def responses_client(url: str, stream: bool) -> Answer:
@@ -97,17 +121,32 @@ async def responses_client(url: str, stream: bool) -> Answer:
         elif item.type == "function_call":
             calls.append((item.name, json.loads(item.arguments)))
     assert response.usage is not None
-    return Answer(response.model, "".join(text), "".join(reasoning), tuple(calls),
-                  "tool_use" if calls else "end_turn",
-                  response.usage.input_tokens, response.usage.output_tokens)
+    return Answer(
+        response.model,
+        "".join(text),
+        "".join(reasoning),
+        tuple(calls),
+        "tool_use" if calls else "end_turn",
+        response.usage.input_tokens,
+        response.usage.output_tokens,
+    )
 
 
 async def messages_client(url: str, stream: bool) -> Answer:
     async with anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0) as sdk:
-        tools = [{"name": TOOL["name"], "description": TOOL["description"],
-                  "input_schema": TOOL["parameters"]}]
-        arguments = {"model": "group", "max_tokens": 1024, "tools": tools,
-                     "messages": [{"role": "user", "content": PROMPT}]}
+        tools = [
+            {
+                "name": TOOL["name"],
+                "description": TOOL["description"],
+                "input_schema": TOOL["parameters"],
+            }
+        ]
+        arguments = {
+            "model": "group",
+            "max_tokens": 1024,
+            "tools": tools,
+            "messages": [{"role": "user", "content": PROMPT}],
+        }
         if stream:
             async with sdk.messages.stream(**arguments) as events:
                 message = await events.get_final_message()
@@ -116,17 +155,28 @@ async def messages_client(url: str, stream: bool) -> Answer:
     text = "".join(block.text for block in message.content if block.type == "text")
     reasoning = "".join(block.thinking for block in message.content if block.type == "thinking")
     calls = tuple((b.name, b.input) for b in message.content if b.type == "tool_use")
-    return Answer(message.model, text, reasoning, calls, str(message.stop_reason),
-                  message.usage.input_tokens, message.usage.output_tokens)
+    return Answer(
+        message.model,
+        text,
+        reasoning,
+        calls,
+        str(message.stop_reason),
+        message.usage.input_tokens,
+        message.usage.output_tokens,
+    )
 
 
 CLIENTS: dict[str, Callable[[str, bool], Awaitable[Answer]]] = {
-    "chat": chat_client, "responses": responses_client, "messages": messages_client,
+    "chat": chat_client,
+    "responses": responses_client,
+    "messages": messages_client,
 }
 UPSTREAM_FILE_PREFIX = {  # which recorded stream the upstream plays, by (client, upstream kind)
-    ("chat", "openai"): "chat", ("responses", "openai"): "responses",
+    ("chat", "openai"): "chat",
+    ("responses", "openai"): "responses",
     ("messages", "openai"): "chat",
-    ("chat", "anthropic"): "messages", ("responses", "anthropic"): "messages",
+    ("chat", "anthropic"): "messages",
+    ("responses", "anthropic"): "messages",
     ("messages", "anthropic"): "messages",
 }
 TOOL_USAGE = {"chat": (81, 17), "responses": (62, 18), "messages": (472, 89)}
@@ -150,8 +200,11 @@ async def test_streamed_tool_call(
     assert answer.tool_calls == CALL
     assert answer.stop == "tool_use"
     assert (answer.input_tokens, answer.output_tokens) == TOOL_USAGE[prefix]
-    same_protocol = (client, kind) in {("chat", "openai"), ("responses", "openai"),
-                                       ("messages", "anthropic")}
+    same_protocol = (client, kind) in {
+        ("chat", "openai"),
+        ("responses", "openai"),
+        ("messages", "anthropic"),
+    }
     assert (answer.model == "group") is not same_protocol
 
 
@@ -161,7 +214,9 @@ async def test_streamed_reasoning_and_text(
     fake: FakeUpstream, hopbase: StartHopbase, client: str, kind: str
 ) -> None:
     prefix = UPSTREAM_FILE_PREFIX[(client, kind)]
-    fake.default("up", Reply.golden(f"{prefix}_{'thinking' if prefix == 'messages' else 'reasoning'}.sse"))
+    fake.default(
+        "up", Reply.golden(f"{prefix}_{'thinking' if prefix == 'messages' else 'reasoning'}.sse")
+    )
     answer = await CLIENTS[client](await start(fake, hopbase, kind), True)
     assert answer.text == "2 + 2 = 4."
     assert "2 + 2" in answer.reasoning
@@ -180,8 +235,13 @@ async def test_text_answer(
     assert answer.stop == "end_turn"
     assert answer.input_tokens > 0 and answer.output_tokens > 0
     sent = fake.requests("up")[0]
-    expected_path = {"openai": {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-                                "messages": "/v1/chat/completions"},
-                     "anthropic": dict.fromkeys(CLIENTS, "/v1/messages")}[kind][client]
+    expected_path = {
+        "openai": {
+            "chat": "/v1/chat/completions",
+            "responses": "/v1/responses",
+            "messages": "/v1/chat/completions",
+        },
+        "anthropic": dict.fromkeys(CLIENTS, "/v1/messages"),
+    }[kind][client]
     assert sent.path == expected_path
     assert sent.body["model"] == "up-model"
