@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from hopbase.config import Config, format_table, load_config
-from hopbase.errors import ConfigError
+from hopbase.errors import ConfigError, LogStoreError
 
 log = logging.getLogger("hopbase")
 
@@ -180,7 +180,6 @@ def serve(config: Config, host: str, port: int, reuse_port: bool) -> None:
         SystemExit: 1 when the request log's database cannot be opened at start-up.
     """
     from hopbase.app import make_app
-    from hopbase.logs_postgres import LogStoreError
     from hopbase.views import GATEWAY, reload_config
 
     _install_uvloop()

@@ -2,6 +2,7 @@
 
     HopbaseError
     ├── ConfigError             the configuration has problems (listed, with paths)
+    ├── LogStoreError           the request log's database cannot be opened or migrated
     └── GatewayError            an HTTP error answer, rendered in the client's protocol
         ├── InvalidRequest        400  malformed JSON, missing model, wrong types
         ├── Unauthorized          401  missing or unknown client key
@@ -31,6 +32,10 @@ class ConfigError(HopbaseError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
         self.problems = problems
+
+
+class LogStoreError(HopbaseError):
+    """The request log's database cannot be opened or migrated (an operator's mistake)."""
 
 
 class GatewayError(HopbaseError):

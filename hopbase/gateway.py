@@ -13,21 +13,20 @@ import asyncio
 import logging
 import random
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hopbase import protocols
 from hopbase.admission import Admission
 from hopbase.auth import ClientLimiter, KeyRing
-from hopbase.cache import RedisStore, ResponseCache
+from hopbase.cache import ResponseCache
 from hopbase.config import CacheConfig, Config, DeploymentConfig, ModelConfig, RoutingConfig
 from hopbase.logs import RequestLog
 from hopbase.metrics import Metrics
 from hopbase.proxy.attempt import Attempt
 from hopbase.proxy.flow import Exchange
 from hopbase.records import RequestRecord
-from hopbase.state import RedisState
 from hopbase.upstream import Transport
 from routing import (
     Clock,
@@ -38,6 +37,9 @@ from routing import (
     Router,
     SystemClock,
 )
+
+if TYPE_CHECKING:
+    from hopbase.state import RedisState
 
 log = logging.getLogger("hopbase")
 
@@ -85,6 +87,8 @@ def build_cache(settings: CacheConfig, clock: Clock, state: RedisState | None) -
     """The response cache: in Redis when routing state is shared there, else in memory."""
     if state is None or not settings.enabled:
         return ResponseCache.build(settings, clock)
+    from hopbase.state.cache import RedisStore  # redis-py loads only with state.backend redis
+
     return ResponseCache(RedisStore(state.client, settings.ttl_s, clock))
 
 
@@ -147,6 +151,8 @@ class Gateway:
         request_log = _request_log(config)
         state = None
         if config.state.backend == "redis":
+            from hopbase.state import RedisState  # redis-py loads only when it is used
+
             state = RedisState.from_config(config.state, router, clock)
         gateway = cls(
             config=config,

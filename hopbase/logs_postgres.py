@@ -30,6 +30,7 @@ import asyncpg
 import orjson
 
 from hopbase.config import Secret
+from hopbase.errors import LogStoreError
 from hopbase.logs import LogPosition, LogQuery, LogRow, record_to_json
 from hopbase.records import RequestRecord
 
@@ -58,10 +59,6 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 _COLUMNS = ("id", "created_at", "model", "deployment", "deployments", "status", "key", "document")
-
-
-class LogStoreError(RuntimeError):
-    """The PostgreSQL request log cannot be opened (unreachable, refused, or too new)."""
 
 
 async def migrate(connection: asyncpg.Connection, migrations: Sequence[str] = MIGRATIONS) -> int:

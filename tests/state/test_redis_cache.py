@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hopbase.cache import (
+from hopbase.cache import CachedAnswer
+from hopbase.state.cache import (
     REDIS_CACHE_PREFIX,
     REDIS_PAUSE_S,
-    CachedAnswer,
     RedisStore,
     decode_answer,
     encode_answer,
