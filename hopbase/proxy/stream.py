@@ -28,6 +28,7 @@ from aiohttp import web
 
 from hopbase import canonical, errors, sse
 from hopbase.proxy.attempt import Attempt, Failure
+from hopbase.proxy.channel import Channel
 from hopbase.proxy.flow import Exchange, Plan
 from routing import Outcome
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 PIECE, END, TICK, HEDGE, SHUTDOWN = 0, 1, 2, 3, 4
 INTERRUPTED = canonical.Error("api_error", "Response stream interrupted, please retry")
-_QUEUE_ITEMS = 4096
 
 
 class ClientGone(Exception):
@@ -51,7 +51,8 @@ class Relay:
         self.exchange = exchange
         self.http_request = request
         self.plan = Plan.for_exchange(gateway, exchange)
-        self.queue: asyncio.Queue[tuple] = asyncio.Queue(_QUEUE_ITEMS)
+        # bounded in bytes: one event larger than the limit still passes when below it
+        self.queue = Channel(gateway.config.server.stream_buffer_bytes)
         self.response: web.StreamResponse | None = None
         self.pumps: dict[Attempt, asyncio.Task[None]] = {}
         self.pump_objects: dict[Attempt, Pump] = {}
@@ -63,11 +64,6 @@ class Relay:
         settings = gateway.config.server
         self.keepalive_s = settings.keepalive_interval_s
         self.send_timeout_s = settings.send_timeout_s
-        # Bounded in bytes too: 4096 items of large events would hold gigabytes for one slow
-        # reader. One event larger than the limit still passes when the buffer is below it.
-        self.buffer_limit = settings.stream_buffer_bytes
-        self.buffered = 0
-        self._room = asyncio.Event()
         self._ticker: asyncio.TimerHandle | None = None
         self._hedge_timer: asyncio.TimerHandle | None = None
         self._shutting_down = False
@@ -110,9 +106,6 @@ class Relay:
                 return await self._give_up(errors.AllCoolingDown("the server is shutting down"))
             if kind == PIECE:
                 attempt, data, output = item[1], item[2], item[3]
-                self.buffered -= len(data)
-                if self.buffered < self.buffer_limit:
-                    self._room.set()
                 if self.winner is attempt:
                     await self._write(data)
                 elif self.winner is None:
@@ -269,20 +262,15 @@ class Relay:
 
     async def put_piece(self, attempt: Attempt, data: bytes, output: bool) -> None:
         """Queue one event for the client, waiting while the buffer is full in bytes."""
-        while self.buffered >= self.buffer_limit:
-            self._room.clear()
-            await self._room.wait()
-        self.buffered += len(data)
-        await self.queue.put((PIECE, attempt, data, output))
+        await self.queue.put((PIECE, attempt, data, output), len(data))
 
     def buffer_full(self) -> bool:
         """True when the client side is not keeping up (items or bytes at their bound)."""
-        return self.queue.full() or self.buffered >= self.buffer_limit
+        return self.queue.full()
 
     def _offer(self, item: tuple) -> None:
-        """Queue a timer's item unless the queue is full (then events are flowing anyway)."""
-        if not self.queue.full():
-            self.queue.put_nowait(item)
+        """Queue a timer's item (it never waits for room: it is a few bytes)."""
+        self.queue.put_nowait(item)
 
     def _arm_hedge(self, attempt: Attempt) -> None:
         delay = self.gateway.hedge_delay(attempt)
@@ -354,7 +342,7 @@ class Pump:
 
     async def run(self) -> None:
         relay, attempt = self.relay, self.attempt
-        put = relay.queue.put
+        end = relay.queue.put_nowait  # an attempt's end never waits for room
         failure = await attempt.send(
             relay.gateway.transport,
             relay.plan.body_for(attempt),
@@ -363,7 +351,7 @@ class Pump:
             relay.gateway.redact,
         )
         if failure is not None:
-            await put((END, attempt, failure.outcome, failure, b""))
+            end((END, attempt, failure.outcome, failure, b""))
             return
         loop = asyncio.get_running_loop()
         self.last_output = loop.time()
@@ -382,7 +370,7 @@ class Pump:
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()
-        await put((END, attempt, outcome, failure, tail))
+        end((END, attempt, outcome, failure, tail))
 
     async def _read(self) -> tuple[Outcome, Failure | None, bytes]:
         attempt = self.attempt
