@@ -11,6 +11,7 @@ defines:
                                       a streaming request always asks the upstream for usage
     parse_response(body) -> Response  non-stream wire JSON → canonical.Response
     render_response(response, model) canonical.Response → non-stream wire JSON dict
+    response_usage(body) -> Usage     only the usage of a non-stream answer (passthrough)
     render_error(error) -> dict       errors.GatewayError → this protocol's error body
     StreamParser()                    .feed(sse.Event) -> list[canonical.Event]; .complete is
                                       True once the protocol's terminal event was seen

@@ -104,17 +104,21 @@ async def read_body(attempt: Attempt, stuck_after_s: float) -> bytes | Failure:
 
 
 def _answer(attempt: Attempt, exchange: Exchange, body: bytes) -> web.Response | Failure:
+    passthrough = attempt.protocol is exchange.client
     try:
         payload = orjson.loads(body)
-        response = attempt.protocol.parse_response(payload)
-    except (orjson.JSONDecodeError, errors.GatewayError, KeyError, TypeError, ValueError):
+        if passthrough:  # the bytes go out as they came: read only the usage
+            attempt.usage = attempt.protocol.response_usage(payload)
+        else:
+            response = attempt.protocol.parse_response(payload)
+            attempt.usage = response.usage
+            body = orjson.dumps(exchange.client.render_response(response, exchange.model_group))
+    except (orjson.JSONDecodeError, errors.GatewayError, KeyError, TypeError, ValueError,
+            AttributeError):
         invalid = errors.UpstreamFailed("upstream sent an invalid answer")
         return Failure(Outcome.ERROR, invalid, retryable=True)
-    attempt.usage = response.usage
     attempt.finish(Outcome.SUCCESS)
     exchange.served_group = attempt.model_group
-    if attempt.protocol is not exchange.client:
-        body = orjson.dumps(exchange.client.render_response(response, exchange.model_group))
     headers = {"Content-Type": "application/json"}
     if attempt.model_group != exchange.model_group:
         headers["x-hopbase-fallback"] = attempt.model_group

@@ -25,7 +25,7 @@ Choices where the two models do not line up one to one:
   renderer's ``include_usage`` has no effect.
 
     request.py   parse_request, render_request
-    response.py  parse_response, render_response
+    response.py  parse_response, render_response, response_usage
     errors.py    render_error
     stream.py    StreamParser, StreamRenderer
 """
@@ -39,7 +39,11 @@ from hopbase.protocols.anthropic_messages.request import (
     parse_request,
     render_request,
 )
-from hopbase.protocols.anthropic_messages.response import parse_response, render_response
+from hopbase.protocols.anthropic_messages.response import (
+    parse_response,
+    render_response,
+    response_usage,
+)
 from hopbase.protocols.anthropic_messages.stream import StreamParser, StreamRenderer
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "StreamRenderer",
     "parse_request",
     "parse_response",
+    "response_usage",
     "render_error",
     "render_request",
     "render_response",

@@ -104,3 +104,9 @@ def _answer_arguments(call: canonical.ToolCall) -> dict[str, Any]:
         _log.warning("tool call %s: arguments are not a JSON object, sent as {}", call.id)
         return {}
     return arguments
+
+
+def response_usage(body: dict[str, Any]) -> canonical.Usage:
+    """Only the usage of a whole Messages answer (a passthrough answer is not parsed further)."""
+    usage = body.get("usage")
+    return parse_usage(usage) if isinstance(usage, dict) else canonical.Usage()

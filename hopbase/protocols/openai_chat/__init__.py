@@ -28,7 +28,7 @@ chunk, the usage chunk (if asked for) and ``[DONE]`` on `Finish`. An in-stream e
 word and ``code`` the canonical (Anthropic) type word, so the parser gets it back exactly.
 
     request.py   parse_request, render_request
-    response.py  parse_response, render_response
+    response.py  parse_response, render_response, response_usage
     errors.py    render_error, in-stream errors
     stream.py    StreamParser, StreamRenderer
 """
@@ -40,7 +40,11 @@ import time as time
 from hopbase.protocols.openai_chat.errors import render_error
 from hopbase.protocols.openai_chat.request import _KNOWN_FIELDS as _KNOWN_FIELDS
 from hopbase.protocols.openai_chat.request import NAME, parse_request, render_request
-from hopbase.protocols.openai_chat.response import parse_response, render_response
+from hopbase.protocols.openai_chat.response import (
+    parse_response,
+    render_response,
+    response_usage,
+)
 from hopbase.protocols.openai_chat.stream import StreamParser, StreamRenderer
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "StreamRenderer",
     "parse_request",
     "parse_response",
+    "response_usage",
     "render_error",
     "render_request",
     "render_response",

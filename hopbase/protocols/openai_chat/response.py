@@ -120,3 +120,8 @@ def render_response(response: canonical.Response, model: str) -> dict[str, Any]:
                      FINISH_REASONS[response.stop_reason or StopReason.END_TURN]}],
         "usage": render_usage(response.usage),
     }
+
+
+def response_usage(body: dict[str, Any]) -> canonical.Usage:
+    """Only the usage of a whole Chat answer (a passthrough answer is not parsed further)."""
+    return parse_usage(body.get("usage"))

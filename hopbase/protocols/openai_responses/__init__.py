@@ -37,7 +37,7 @@ reasoning or function call, so a renderer-closed block (on a switch of kind, or 
 finish) comes back with an explicit `BlockStop`.
 
     request.py          parse_request, render_request
-    response.py         parse_response, render_response
+    response.py         parse_response, render_response, response_usage
     errors.py           render_error, in-stream errors
     stream_parser.py    StreamParser
     stream_renderer.py  StreamRenderer
@@ -46,7 +46,11 @@ finish) comes back with an explicit `BlockStop`.
 
 from hopbase.protocols.openai_responses.errors import render_error
 from hopbase.protocols.openai_responses.request import NAME, parse_request, render_request
-from hopbase.protocols.openai_responses.response import parse_response, render_response
+from hopbase.protocols.openai_responses.response import (
+    parse_response,
+    render_response,
+    response_usage,
+)
 from hopbase.protocols.openai_responses.stream_parser import StreamParser
 from hopbase.protocols.openai_responses.stream_renderer import StreamRenderer
 
@@ -56,6 +60,7 @@ __all__ = [
     "StreamRenderer",
     "parse_request",
     "parse_response",
+    "response_usage",
     "render_error",
     "render_request",
     "render_response",

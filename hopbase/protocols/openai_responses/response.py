@@ -89,3 +89,8 @@ def render_response(response: canonical.Response, model: str) -> dict[str, Any]:
     status, incomplete = finished_status(response.stop_reason)
     return response_object(_response_id(response.id), int(time.time()), model, status, output,
                             render_usage(response.usage), incomplete=incomplete)
+
+
+def response_usage(body: dict[str, Any]) -> canonical.Usage:
+    """Only the usage of a whole Responses answer (a passthrough answer is not parsed further)."""
+    return parse_usage(body.get("usage"))
