@@ -61,9 +61,9 @@ class HttpResponse:
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.content.iter_any():
-            yield chunk
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        # aiohttp's own iterator, not a generator around it: one frame less per stream
+        return self._response.content.iter_any()
 
     async def read(self) -> bytes:
         return await self._response.read()

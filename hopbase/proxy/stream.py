@@ -93,7 +93,8 @@ class Relay:
 
     def _start(self, attempt: Attempt) -> None:
         self.held[attempt] = []
-        self.pumps[attempt] = asyncio.create_task(self._pump(attempt))
+        pump = self.pump_objects[attempt] = Pump(self, attempt)
+        self.pumps[attempt] = asyncio.create_task(pump.run())
         if not attempt.hedge and not self.hedged:
             self._arm_hedge(attempt)
 
@@ -312,11 +313,6 @@ class Relay:
         for attempt in self.exchange.attempts:
             attempt.finish(Outcome.CANCELLED)
 
-    async def _pump(self, attempt: Attempt) -> None:
-        """Send one attempt and feed its events into the queue until it ends."""
-        pump = self.pump_objects[attempt] = Pump(self, attempt)
-        await pump.run()
-
 
 class Pump:
     """Reads one attempt's upstream stream; the only writer of its queue items."""
@@ -341,6 +337,7 @@ class Pump:
         self._watchdog: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
+        """Send the attempt and feed its events into the channel until it ends."""
         relay, attempt = self.relay, self.attempt
         end = relay.queue.put_nowait  # an attempt's end never waits for room
         failure = await attempt.send(
