@@ -29,7 +29,8 @@ def make_app(config: Config, gateway: Gateway | None = None) -> web.Application:
     app = web.Application(
         client_max_size=config.server.max_body_bytes + 1,
         middlewares=middlewares,
-        handler_args={"max_field_size": 16384, "max_line_size": 16384},
+        # keepalive_timeout also bounds a head that never finishes (slowloris); nginx's default
+        handler_args={"max_field_size": 16384, "max_line_size": 16384, "keepalive_timeout": 75},
     )
     app[GATEWAY] = gateway or Gateway.build(config)
     add_routes(app)

@@ -187,7 +187,10 @@ class PostgresBackend:
             f"SELECT created_at, id, document FROM hopbase_request_log{where}"
             f" ORDER BY created_at DESC, id DESC, seq DESC LIMIT ${len(arguments) + 1}"
         )
-        rows = await self._pool().fetch(sql, *arguments, limit)
+        try:
+            rows = await self._pool().fetch(sql, *arguments, limit)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+            raise LogStoreError(f"the request log is unreachable: {type(error).__name__}") from None
         return [LogRow(row["created_at"], row["id"], orjson.loads(row["document"])) for row in rows]
 
     async def delete_before(self, cutoff: float) -> int:

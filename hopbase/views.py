@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import secrets
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from types import ModuleType
@@ -21,6 +22,7 @@ from aiohttp import web
 from hopbase import errors
 from hopbase.cache import CACHE_HEADER
 from hopbase.config import load_config
+from hopbase.errors import LogStoreError
 from hopbase.gateway import Gateway
 from hopbase.logs import parse_log_query
 from hopbase.protocols import anthropic_messages, openai_chat, openai_responses
@@ -254,7 +256,10 @@ async def admin_logs(request: web.Request) -> web.Response:
     if gateway.request_log is None:
         return json_response({"data": [], "nextCursor": None})
     query = parse_log_query(request.query)
-    return json_response(await gateway.request_log.query(query))
+    try:
+        return json_response(await gateway.request_log.query(query))
+    except (LogStoreError, sqlite3.Error) as error:
+        raise errors.GatewayError(str(error), status=503, code="log_unavailable") from None
 
 
 async def admin_reload(request: web.Request) -> web.Response:

@@ -115,3 +115,28 @@ def test_postgres_backend_without_its_dsn_variable_logs_nothing_and_says_so(
     assert [line for line in config.warnings if "HOPBASE_TEST_LOG_DSN" in line] == [
         "HOPBASE_TEST_LOG_DSN is not set: logs.backend postgres has no DSN"]
 
+
+
+async def test_admin_logs_answers_503_while_postgres_refuses_connections(
+    hopbase: StartHopbase, fake: FakeUpstream, postgres_dsn: str, postgres_cluster: str,
+    tmp_path: Path,
+) -> None:
+    running = await replica(hopbase, fake, postgres_dsn, tmp_path / "unused.db")
+    database = postgres_dsn.rsplit("/", 1)[1]
+    admin = await asyncpg.connect(postgres_cluster)
+    try:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", database)
+        async with aiohttp.ClientSession() as session, session.get(
+            running.url + "/admin/logs", headers=ADMIN
+        ) as response:
+            body = await response.json()
+            assert response.status == 503
+        assert body["error"]["code"] == "log_unavailable"
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        async with aiohttp.ClientSession() as session:
+            assert (await logs(session, running))["data"] == []
+    finally:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await admin.close()
