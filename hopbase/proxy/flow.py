@@ -71,6 +71,7 @@ class Plan:
     excluded: set[str] = attrs.field(factory=set)
     last_error: errors.GatewayError | None = None
     first_attempt_made: bool = False
+    hedged: bool = False  # at most one hedge per request
 
     @classmethod
     def for_exchange(cls, gateway: Gateway, exchange: Exchange) -> Plan:

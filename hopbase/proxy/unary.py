@@ -10,8 +10,8 @@ the model group name the client asked for. A body that stops arriving for
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from hopbase.gateway import Gateway
 
 
-TryAttempt = Callable[[Plan, Attempt], Awaitable["web.Response | Failure"]]
+TryAttempt = Callable[[Plan, Attempt], Coroutine[Any, Any, "web.Response | Failure"]]
 
 
 async def serve_unary(gateway: Gateway, exchange: Exchange) -> web.Response:
@@ -42,11 +42,9 @@ async def run_attempts(plan: Plan, attempt_once: TryAttempt) -> web.Response:
         while True:
             if isinstance(attempt, errors.GatewayError):
                 raise attempt
-            answer = await attempt_once(plan, attempt)
+            answer = await hedged(plan, attempt, attempt_once)
             if isinstance(answer, web.Response):
                 return answer
-            attempt.finish(answer.outcome)
-            plan.note_failure(attempt, answer.error)
             if not answer.retryable:
                 raise answer.error
             attempt = await plan.next_attempt()
@@ -56,6 +54,68 @@ async def run_attempts(plan: Plan, attempt_once: TryAttempt) -> web.Response:
     finally:
         for each in exchange.attempts:
             each.finish(Outcome.CANCELLED)
+
+
+async def hedged(plan: Plan, attempt: Attempt, attempt_once: TryAttempt) -> web.Response | Failure:
+    """``attempt``, plus one hedge on another deployment if it has not answered in time.
+
+    The first whole answer wins and the other attempt is closed as ``cancelled``. A
+    failed attempt is finished and remembered here; the failure returned is the last one.
+    """
+    delay = plan.gateway.hedge_delay(attempt)
+    if delay is None or plan.hedged:
+        return _settled(plan, attempt, await attempt_once(plan, attempt))
+    first = asyncio.create_task(attempt_once(plan, attempt))
+    running = {first: attempt}
+    try:
+        done, _ = await asyncio.wait(running, timeout=delay)
+        if not done:
+            await _start_hedge(plan, attempt, attempt_once, running)
+        return await _race(plan, running)
+    finally:
+        for task, each in running.items():
+            task.cancel()
+            each.finish(Outcome.CANCELLED)
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+async def _start_hedge(
+    plan: Plan, attempt: Attempt, attempt_once: TryAttempt, running: dict[Any, Attempt]
+) -> None:
+    plan.hedged = True
+    model = plan.exchange.model_group
+    plan.excluded.add(attempt.id)
+    hedge = await plan.next_attempt(hedge=True)
+    plan.excluded.discard(attempt.id)
+    if isinstance(hedge, errors.GatewayError):
+        plan.gateway.hedged(model, "not_started")
+        return
+    plan.gateway.hedged(model, "started")
+    running[asyncio.create_task(attempt_once(plan, hedge))] = hedge
+
+
+async def _race(plan: Plan, running: dict[Any, Attempt]) -> web.Response | Failure:
+    """The first whole answer among ``running``, or the last failure when all fail."""
+    failure: Failure | None = None
+    while running:
+        done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            answer = _settled(plan, running.pop(task), task.result())
+            if isinstance(answer, web.Response):
+                return answer
+            failure = answer
+    assert failure is not None
+    return failure
+
+
+def _settled(
+    plan: Plan, attempt: Attempt, answer: web.Response | Failure
+) -> web.Response | Failure:
+    """Finish a failed attempt and remember it, so no retry goes back to it."""
+    if isinstance(answer, Failure):
+        attempt.finish(answer.outcome)
+        plan.note_failure(attempt, answer.error)
+    return answer
 
 
 async def try_attempt(plan: Plan, attempt: Attempt) -> web.Response | Failure:

@@ -132,6 +132,41 @@ async def test_hedge_wins_with_the_fast_deployment_and_closes_the_slow_one(
     )
 
 
+async def test_non_stream_hedge_wins_with_the_fast_deployment(
+    fake: FakeUpstream, hopbase: StartHopbase
+) -> None:
+    fake.default("slow", Reply.answer(delay_s=2.0))
+    fake.default("fast", Reply.answer(delay_s=0.05))
+    running = await hopbase(
+        {"gpt": {"hedge": {"after_s": 0.2}, "deployments": [
+            openai_deployment(fake, "slow", weight=1_000_000),
+            openai_deployment(fake, "fast", weight=0.000001),
+        ]}},
+        routing={"stuck_after_s": 10},
+        cache={"enabled": False},
+    )
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as session, session.post(
+        running.url + "/v1/chat/completions", json={"model": "gpt", "messages": MESSAGES}
+    ) as response:
+        body = await response.json()
+    assert time.monotonic() - started < 1.0
+    assert body["choices"][0]["message"]["content"] == "Hello from fast"
+    await fake.wait_closed("slow", timeout=2.0)
+    snapshot = running.snapshot("slow")
+    assert (snapshot.failures_in_window, snapshot.in_flight) == (0, 0)
+    text = await scrape(running.url)
+    assert metric_value(text, "hopbase_hedges_total", model="gpt", result="started") == 1
+    assert (
+        metric_value(text, "hopbase_upstream_attempts_total", deployment="slow", outcome="cancelled")
+        == 1
+    )
+    assert (
+        metric_value(text, "hopbase_upstream_attempts_total", deployment="fast", outcome="success")
+        == 1
+    )
+
+
 async def test_retry_budget_bounds_attempts_when_everything_fails(
     fake: FakeUpstream, hopbase: StartHopbase
 ) -> None:
