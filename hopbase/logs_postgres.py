@@ -189,7 +189,8 @@ class PostgresBackend:
         )
         try:
             rows = await self._pool().fetch(sql, *arguments, limit)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                OSError) as error:
             raise LogStoreError(f"the request log is unreachable: {type(error).__name__}") from None
         return [LogRow(row["created_at"], row["id"], orjson.loads(row["document"])) for row in rows]
 

@@ -158,7 +158,9 @@ async def test_non_stream_hedge_wins_with_the_fast_deployment(
     text = await scrape(running.url)
     assert metric_value(text, "hopbase_hedges_total", model="gpt", result="started") == 1
     assert (
-        metric_value(text, "hopbase_upstream_attempts_total", deployment="slow", outcome="cancelled")
+        metric_value(
+            text, "hopbase_upstream_attempts_total", deployment="slow", outcome="cancelled"
+        )
         == 1
     )
     assert (
