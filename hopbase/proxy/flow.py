@@ -116,6 +116,21 @@ class Plan:
             self.attempts_in_group = 0
         return self.last_error or errors.UpstreamFailed("no deployment could answer")
 
+    async def hedge_for(self, running: Attempt) -> Attempt | None:
+        """The one hedge of this request, on another deployment than ``running``; None if none."""
+        self.hedged = True
+        model = self.exchange.model_group
+        self.excluded.add(running.id)
+        try:
+            hedge = await self.next_attempt(hedge=True)
+        finally:
+            self.excluded.discard(running.id)
+        if isinstance(hedge, errors.GatewayError):
+            self.gateway.hedged(model, "not_started")
+            return None
+        self.gateway.hedged(model, "started")
+        return hedge
+
     def _untried(self, group: str) -> bool:
         return any(d.id not in self.excluded for d in self.gateway.router.deployments(group))
 

@@ -60,7 +60,6 @@ class Relay:
         self.winner: Attempt | None = None
         self.last_write = 0.0
         self.write_started: float | None = None
-        self.hedged = False
         settings = gateway.config.server
         self.keepalive_s = settings.keepalive_interval_s
         self.send_timeout_s = settings.send_timeout_s
@@ -95,7 +94,7 @@ class Relay:
         self.held[attempt] = []
         pump = self.pump_objects[attempt] = Pump(self, attempt)
         self.pumps[attempt] = asyncio.create_task(pump.run())
-        if not attempt.hedge and not self.hedged:
+        if not attempt.hedge and not self.plan.hedged:
             self._arm_hedge(attempt)
 
     async def _relay(self) -> web.StreamResponse:
@@ -280,19 +279,11 @@ class Relay:
             self._hedge_timer = loop.call_later(delay, self._offer, (HEDGE,))
 
     async def _hedge(self) -> None:
-        if self.winner is not None or self.hedged or len(self.pumps) != 1:
+        if self.winner is not None or self.plan.hedged or len(self.pumps) != 1:
             return
-        self.hedged = True
-        model = self.exchange.model_group
-        running = next(iter(self.pumps))
-        self.plan.excluded.add(running.id)
-        attempt = await self.plan.next_attempt(hedge=True)
-        self.plan.excluded.discard(running.id)
-        if isinstance(attempt, errors.GatewayError):
-            self.gateway.hedged(model, "not_started")
-            return
-        self.gateway.hedged(model, "started")
-        self._start(attempt)
+        attempt = await self.plan.hedge_for(next(iter(self.pumps)))
+        if attempt is not None:
+            self._start(attempt)
 
     def _stop_timers(self) -> None:
         for timer in (self._ticker, self._hedge_timer):

@@ -82,16 +82,9 @@ async def hedged(plan: Plan, attempt: Attempt, attempt_once: TryAttempt) -> web.
 async def _start_hedge(
     plan: Plan, attempt: Attempt, attempt_once: TryAttempt, running: dict[Any, Attempt]
 ) -> None:
-    plan.hedged = True
-    model = plan.exchange.model_group
-    plan.excluded.add(attempt.id)
-    hedge = await plan.next_attempt(hedge=True)
-    plan.excluded.discard(attempt.id)
-    if isinstance(hedge, errors.GatewayError):
-        plan.gateway.hedged(model, "not_started")
-        return
-    plan.gateway.hedged(model, "started")
-    running[asyncio.create_task(attempt_once(plan, hedge))] = hedge
+    hedge = await plan.hedge_for(attempt)
+    if hedge is not None:
+        running[asyncio.create_task(attempt_once(plan, hedge))] = hedge
 
 
 async def _race(plan: Plan, running: dict[Any, Attempt]) -> web.Response | Failure:
