@@ -205,7 +205,7 @@ class MediaPlan(Plan):
         ``streaming: true``, are excluded up front in the group and its fallbacks.
         """
         groups = Plan.for_exchange(gateway, exchange).groups
-        plan = cls(gateway, exchange, groups, path=path, upload=upload)
+        plan = cls(gateway, exchange, groups, path=path, upload=upload, config=gateway.config)
         streaming = upload is not None and exchange.request.stream
         for group in groups:
             for deployment in gateway.config.models[group].deployments:
@@ -228,7 +228,7 @@ class MediaPlan(Plan):
     def headers_timeout(self, attempt: Attempt) -> float:
         if self.upload is not None:
             # the upload itself travels before any header can come back
-            return self.gateway.config.models[attempt.model_group].routing.stuck_after_s
+            return self.routing(attempt.model_group).stuck_after_s
         return super().headers_timeout(attempt)
 
 
@@ -285,7 +285,7 @@ async def _try_whole(plan: Plan, attempt: Attempt) -> web.Response | Failure:
         return failure
     assert attempt.response is not None
     content_type = attempt.response.headers.get("Content-Type", "application/json")
-    stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
+    stuck_after_s = plan.routing(attempt.model_group).stuck_after_s
     body = await read_body(attempt, stuck_after_s)
     if isinstance(body, Failure):
         attempt.failure = body

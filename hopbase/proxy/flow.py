@@ -10,15 +10,17 @@ from the retry budget, so an incident cannot multiply load.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from hopbase import canonical, errors
+from hopbase.config import Config, RoutingConfig
 from hopbase.proxy.attempt import Attempt
 from hopbase.upstream import upstream_protocol
-from routing import AllCoolingDown, Lease, NoCapacity
+from routing import AllCoolingDown, Deployment, Lease, NoCapacity
 
 if TYPE_CHECKING:
     from hopbase.gateway import Gateway
@@ -72,14 +74,22 @@ class Plan:
     last_error: errors.GatewayError | None = None
     first_attempt_made: bool = False
     hedged: bool = False  # at most one hedge per request
+    # the config the request started under: a reload changes new requests, not this one
+    config: Config = attrs.field(kw_only=True)
 
     @classmethod
     def for_exchange(cls, gateway: Gateway, exchange: Exchange) -> Plan:
+        """The plan of ``exchange`` under the config serving now (kept for its whole life)."""
+        config = gateway.config
         groups = [exchange.model_group]
-        for group in gateway.config.models[exchange.model_group].fallbacks:
-            if group not in groups and group in gateway.config.models:
+        for group in config.models[exchange.model_group].fallbacks:
+            if group not in groups and group in config.models:
                 groups.append(group)
-        return cls(gateway, exchange, groups)
+        return cls(gateway, exchange, groups, config=config)
+
+    def routing(self, group: str) -> RoutingConfig:
+        """The routing settings of ``group`` in this request's config (a reload may drop it)."""
+        return self.config.models[group].routing
 
     def note_failure(self, attempt: Attempt, error: errors.GatewayError) -> None:
         """Remember a failed attempt: never this deployment again in this request."""
@@ -95,7 +105,7 @@ class Plan:
         paid = not self.first_attempt_made
         while self.group_index < len(self.groups):
             group = self.groups[self.group_index]
-            settings = self.gateway.config.models[group].routing
+            settings = self.routing(group)
             if self.attempts_in_group < settings.max_attempts and self._untried(group):
                 if not paid:
                     if not self.gateway.spend_retry(self.exchange.model_group):
@@ -108,7 +118,7 @@ class Plan:
                     self.attempts_in_group += 1
                     return self._attempt(group, result, hedge)
                 self.last_error = _capacity_error(result, self.last_error)
-            elif not self.gateway.router.deployments(group):
+            elif not self._live(group):
                 self.last_error = self.last_error or errors.GatewayError(
                     f"model {group!r} has no enabled deployment", status=503, code="no_deployment"
                 )
@@ -131,8 +141,13 @@ class Plan:
         self.gateway.hedged(model, "started")
         return hedge
 
+    def _live(self, group: str) -> Sequence[Deployment]:
+        """The group's deployments in rotation now; none once a reload removed the group."""
+        router = self.gateway.router
+        return router.deployments(group) if group in router.groups() else ()
+
     def _untried(self, group: str) -> bool:
-        return any(d.id not in self.excluded for d in self.gateway.router.deployments(group))
+        return any(d.id not in self.excluded for d in self._live(group))
 
     def _attempt(self, group: str, lease: Lease, hedge: bool) -> Attempt:
         if not self.first_attempt_made:
@@ -154,8 +169,8 @@ class Plan:
 
     def headers_timeout(self, attempt: Attempt) -> float:
         if self.exchange.request.stream:
-            return self.gateway.config.server.upstream_connect_timeout_s
-        return self.gateway.config.models[attempt.model_group].routing.stuck_after_s
+            return self.config.server.upstream_connect_timeout_s
+        return self.routing(attempt.model_group).stuck_after_s
 
 
 def _capacity_error(

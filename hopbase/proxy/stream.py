@@ -322,7 +322,7 @@ class Pump:
         self.parser = attempt.protocol.StreamParser()
         self.renderer = None if self.passthrough else relay._renderer()
         self.decoder = sse.Decoder(max_line_bytes=gateway.config.server.max_sse_line_bytes)
-        self.stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
+        self.stuck_after_s = relay.plan.routing(attempt.model_group).stuck_after_s
         self.stuck = False
         self.last_output = 0.0
         self._watchdog: asyncio.TimerHandle | None = None

@@ -123,7 +123,7 @@ async def try_attempt(plan: Plan, attempt: Attempt) -> web.Response | Failure:
     )
     if failure is not None:
         return failure
-    stuck_after_s = gateway.config.models[attempt.model_group].routing.stuck_after_s
+    stuck_after_s = plan.routing(attempt.model_group).stuck_after_s
     body = await read_body(attempt, stuck_after_s)
     if isinstance(body, Failure):
         attempt.failure = body

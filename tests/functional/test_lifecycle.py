@@ -141,3 +141,34 @@ async def test_sigterm_lets_streams_finish_then_ends_the_rest_and_flushes_the_lo
     assert b'"error"' in cut and cut.endswith(sse.DONE)
     with sqlite3.connect(database) as db:
         assert db.execute("select count(*) from request_log").fetchone()[0] == 4
+
+
+async def test_a_request_whose_group_a_reload_removed_ends_with_its_own_failure(
+    fake: FakeUpstream, hopbase: StartHopbase, tmp_path: Path
+) -> None:
+    fake.script("a", Reply.json({"error": {"message": "boom"}}, status=500, delay_s=0.5))
+    models = {
+        "gone": {"deployments": [openai_deployment(fake, "a", weight=1_000_000),
+                                 openai_deployment(fake, "b", weight=1e-6)]},
+        "kept": {"deployments": [openai_deployment(fake, "c")]},
+    }
+    running = await hopbase(models, env={"ADMIN_KEY": "admin-key-for-tests"},
+                            auth={"admin_key_env": "ADMIN_KEY"})
+    path = tmp_path / "deployments.yaml"
+    document = yaml.safe_load(path.read_text())
+    del document["models"]["gone"]
+    path.write_text(yaml.safe_dump(document))
+    async with aiohttp.ClientSession() as session:
+        pending = asyncio.create_task(session.post(
+            running.url + "/v1/chat/completions",
+            json={"model": "gone", "messages": MESSAGES}))
+        await asyncio.sleep(0.2)
+        async with session.post(running.url + "/admin/reload", headers=ADMIN) as response:
+            assert response.status == 200
+        async with await pending as response:  # its group is gone: no retry, the failure
+            assert response.status == 502
+            assert (await response.json())["error"]["code"] == "upstream_error"
+        assert fake.requests("b") == []
+        async with session.post(running.url + "/v1/chat/completions",
+                                json={"model": "gone", "messages": MESSAGES}) as response:
+            assert response.status == 404
