@@ -40,7 +40,7 @@ class Admission:
         """A lease, or why none could be had within ``queue_timeout_s``."""
         queue = self._waiters.setdefault(model_group, collections.deque())
         if not queue:
-            result = self._router.acquire(model_group, exclude, estimated_tokens)
+            result = self._try(model_group, exclude, estimated_tokens)
             if not isinstance(result, NoCapacity):
                 return result
         loop = asyncio.get_running_loop()
@@ -48,7 +48,7 @@ class Admission:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return self._router.acquire(model_group, exclude, estimated_tokens)
+                return self._try(model_group, exclude, estimated_tokens)
             waiter: asyncio.Future[None] = loop.create_future()
             queue.append(waiter)
             try:
@@ -63,10 +63,18 @@ class Admission:
             finally:
                 if waiter in queue:
                     queue.remove(waiter)
-            result = self._router.acquire(model_group, exclude, estimated_tokens)
+            result = self._try(model_group, exclude, estimated_tokens)
             if not isinstance(result, NoCapacity):
                 self._wake(model_group)
                 return result
+
+    def _try(
+        self, model_group: str, exclude: frozenset[str], estimated_tokens: int
+    ) -> Lease | NoCapacity | AllCoolingDown:
+        try:
+            return self._router.acquire(model_group, exclude, estimated_tokens)
+        except KeyError:  # a reload removed the group while this request waited
+            return NoCapacity(1.0)
 
     def _released(self, model_group: str) -> None:
         self._wake(model_group)
