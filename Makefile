@@ -42,7 +42,7 @@ typecheck: install
 	$(BIN)/mypy
 
 bench: install bench-tools
-	$(BIN)/python -m bench $(if $(QUICK),--quick)
+	$(BIN)/python -m bench $(if $(QUICK),--quick) $(if $(PEER),--peer $(PEER))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

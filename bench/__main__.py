@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import harness, profile, wrk
+from bench import harness, peer, profile, wrk
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="where the JSON results go (default: bench/results/latest.json)")
     parser.add_argument("--profile", type=float, metavar="SECONDS",
                         help="instead of the benchmark, profile HopBase under non-streaming load")
+    parser.add_argument("--peer", choices=peer.NAMES,
+                        help="also run the workload through this gateway, installed in its own "
+                             "venv under bench/ on first use, as a third column")
     return parser
 
 
@@ -53,7 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"bench: {message}", file=sys.stderr, flush=True)
 
-    print(_run(harness.run(settings, progress, args.output)))
+    if args.peer is not None:
+        try:
+            peer.install(progress)  # before the stack starts, so a failure costs no run
+        except RuntimeError as error:
+            progress(f"cannot install {args.peer}: {error}")
+            return 1
+    print(_run(harness.run(settings, progress, args.output, args.peer)))
     return 0
 
 

@@ -12,10 +12,16 @@ ttft_direct / ttft_hopbase      8 / 3        1 stream at a time, first output af
 memory                          ~15 / ~5     fresh HopBase: idle, then 500 (and 5,000) slow streams
 workers                         10 / —       ``--workers 2`` unpinned, as unary_hopbase
 ==============================  ===========  ==========================================
+
+With ``--peer litellm`` the same four load phases then run through LiteLLM's
+proxy (``<phase>_litellm``, on HopBase's core with HopBase stopped), and a fresh
+LiteLLM gets the memory phase with 500 streams; no 5,000 step, no workers run.
+All of it is cut off after `PEER_BUDGET_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import resource
@@ -29,10 +35,12 @@ from typing import Any
 import attrs
 import orjson
 
-from bench import loadgen, phases, processes, report, wrk
+from bench import loadgen, peer, phases, processes, report, wrk
 from bench.stack import Stack
 
 RESULTS = Path(__file__).with_name("results") / "latest.json"
+PEER_BUDGET_S = 225.0  # the peer must add under 4 minutes to a run (its install aside)
+PEER_OPEN_STREAMS = (500,)
 
 
 @attrs.frozen
@@ -83,9 +91,11 @@ async def _paired(
         runs[f"{name}_{side}"] = await measure(target)
 
 
-async def _throughput_phases(settings: Settings, stack: Stack, progress: Progress
-                             ) -> dict[str, phases.Run]:
-    runs: dict[str, phases.Run] = {}
+Measure = Callable[[loadgen.Target], Awaitable[phases.Run]]
+
+
+def _measures(settings: Settings, stack: Stack) -> list[tuple[str, Measure]]:
+    """The four load phases, each a measurement of one target."""
 
     async def unary(target: loadgen.Target) -> phases.Run:
         return await phases.unary(stack, target, 32, settings.unary_s, settings.use_wrk)
@@ -99,10 +109,46 @@ async def _throughput_phases(settings: Settings, stack: Stack, progress: Progres
     async def first_token(target: loadgen.Target) -> phases.Run:
         return await phases.streams(stack, target, 1, settings.ttft_s, burst=True)
 
-    for name, measure in (("unary", unary), ("latency", latency), ("stream", streams),
-                          ("ttft", first_token)):
+    return [("unary", unary), ("latency", latency), ("stream", streams), ("ttft", first_token)]
+
+
+async def _throughput_phases(settings: Settings, stack: Stack, progress: Progress
+                             ) -> dict[str, phases.Run]:
+    runs: dict[str, phases.Run] = {}
+    for name, measure in _measures(settings, stack):
         await _paired(name, progress, measure, stack, runs)
     return runs
+
+
+async def _peer_phases(settings: Settings, stack: Stack, progress: Progress, name: str,
+                       runs: dict[str, phases.Run]) -> phases.Memory:
+    """The load phases through the peer into ``runs``, then its memory on a fresh one."""
+    progress(f"starting {name} (one worker, HopBase's core) …")
+    await stack.start_peer()
+    for phase, measure in _measures(settings, stack):
+        progress(f"{phase} {name} …")
+        runs[f"{phase}_{name}"] = await measure(stack.through_peer())
+    progress(f"{name} memory: fresh {name}, idle, then open slow streams …")
+    return await phases.memory(stack, PEER_OPEN_STREAMS, settings.settle_s, peer=True)
+
+
+async def _peer(settings: Settings, stack: Stack, progress: Progress, name: str,
+                version: str, runs: dict[str, phases.Run]) -> report.Peer:
+    """Run the peer's phases within `PEER_BUDGET_S`; what fails is noted, not raised."""
+    started = time.monotonic()
+    memory: phases.Memory | None = None
+    note = ""
+    try:
+        async with asyncio.timeout(PEER_BUDGET_S):
+            memory = await _peer_phases(settings, stack, progress, name, runs)
+    except TimeoutError:
+        note = f"the {name} phases ran over {PEER_BUDGET_S:.0f} s and were cut short"
+    except RuntimeError as error:
+        note = f"{name} failed: {error}"
+    finally:
+        stack.stop_gateways()
+    progress(note or f"{name} phases took {time.monotonic() - started:.0f} s")
+    return report.Peer(name, version, memory, note)
 
 
 def about(settings: Settings, stack: Stack, started: float) -> dict[str, Any]:
@@ -120,8 +166,17 @@ def about(settings: Settings, stack: Stack, started: float) -> dict[str, Any]:
     }
 
 
-async def run(settings: Settings, progress: Progress, output: Path = RESULTS) -> str:
-    """Run every phase and return the printed report; the JSON goes to ``output``."""
+async def run(settings: Settings, progress: Progress, output: Path = RESULTS,
+              peer_name: str | None = None) -> str:
+    """Run every phase and return the printed report; the JSON goes to ``output``.
+
+    With ``peer_name`` (one of `bench.peer.NAMES`) the peer is installed first if
+    needed, and its phases run after HopBase's.
+
+    Raises:
+        RuntimeError: the peer could not be installed.
+    """
+    peer_version = peer.install(progress) if peer_name is not None else ""
     started = time.monotonic()
     _raise_file_limit(4 * max(settings.open_streams) + 1024)
     busy_before = processes.machine_busy_share(1.0)
@@ -143,9 +198,13 @@ async def run(settings: Settings, progress: Progress, output: Path = RESULTS) ->
                 progress("two workers, unpinned …")
                 workers = await phases.scaled_workers(stack, 2, settings.unary_s,
                                                       settings.use_wrk)
+            peer_results = None
+            if peer_name is not None:
+                peer_results = await _peer(settings, stack, progress, peer_name, peer_version,
+                                           runs)
         finally:
             stack.close()
-        results = report.Results(runs, memory, workers)
+        results = report.Results(runs, memory, workers, peer_results)
         table = report.rows(results)
         facts = {**about(settings, stack, started), "busy_before_start": round(busy_before, 3)}
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -159,12 +218,14 @@ def _printed(table: list[report.Row], results: report.Results, facts: dict[str, 
     pinning = ("HopBase pinned to core 0; mock and load generators to core 1"
                if facts["pinned"] else "unpinned (fewer than 2 cores or no taskset)")
     foreign = max((run.foreign_share for run in results.runs.values()), default=0.0)
+    peer_name = None if results.peer is None else results.peer.name
     lines = [
         f"HopBase benchmark, {facts['generated_at']}, {facts['seconds']} s; Python "
         f"{facts['python']}, {facts['cores']} cores, {pinning}; non-streaming load by "
         f"{facts['non_stream_load']}.",
+        *_peer_lines(results.peer),
         "",
-        report.markdown(table),
+        report.markdown(table, peer_name),
         "",
         report.runs_markdown(results.runs),
         "",
@@ -174,3 +235,15 @@ def _printed(table: list[report.Row], results: report.Results, facts: dict[str, 
         f"JSON: {output}",
     ]
     return "\n".join(lines)
+
+
+def _peer_lines(peer_results: report.Peer | None) -> list[str]:
+    if peer_results is None:
+        return []
+    lines = [f"Peer: LiteLLM {peer_results.version} proxy on HopBase's core (HopBase stopped), "
+             "one uvicorn worker, latency-based routing over two deployments per model, "
+             "master key, no database, no callbacks, telemetry off; memory with 500 streams "
+             "only, no workers run."]
+    if peer_results.note:
+        lines.append(f"**The peer's figures are incomplete:** {peer_results.note}")
+    return lines

@@ -1,7 +1,8 @@
 """The benchmark's measurements: each one a load run with CPU and noise accounting.
 
-Every `Run` records the CPU time the mock and HopBase used during it (from
-/proc, so other load on the machine does not inflate it) and the CPU time that
+Every `Run` records the CPU time the mock and the gateway (HopBase, or the
+peer in the peer's runs) used during it (from /proc, so other load on the
+machine does not inflate it) and the CPU time that
 processes other than ours used on the machine meanwhile ("foreign" CPU): the
 latency and throughput figures of a run with much foreign CPU are disturbed.
 """
@@ -22,7 +23,11 @@ WARMUP_S = 1.0
 
 @attrs.frozen
 class Run:
-    """One load run against one target (direct or through HopBase)."""
+    """One load run against one target (direct, through HopBase or through the peer).
+
+    ``hopbase_cpu_s`` is the CPU of the gateway that ran: HopBase's, or the
+    peer's in the peer's runs (the two never run at the same time).
+    """
 
     tool: str
     succeeded: int
@@ -54,30 +59,31 @@ class Run:
 
 @attrs.define
 class Meter:
-    """CPU of HopBase, of the mock, and of everything else on the machine, over one span."""
+    """CPU of the gateway, of the mock, and of everything else on the machine, over one span."""
 
     stack: Stack
     _start: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def _sample(self) -> tuple[float, float, float, float]:
-        hopbase = self.stack.hopbase.cpu_s() if self.stack.hopbase is not None else 0.0
+        gateway = self.stack.gateway()
+        gateway_cpu = gateway.cpu_s() if gateway is not None else 0.0
         mock = self.stack.mock.cpu_s() if self.stack.mock is not None else 0.0
         own = os.times()
         # This process and its waited-for children (wrk): the mock and HopBase are not waited yet.
         ours = own.user + own.system + own.children_user + own.children_system
         busy = processes.machine_busy_s()
-        return hopbase, mock, ours, busy
+        return gateway_cpu, mock, ours, busy
 
     def start(self) -> None:
         """Begin the span."""
         self._start = self._sample()
 
     def stop(self) -> tuple[float, float, float]:
-        """End the span: (HopBase CPU s, mock CPU s, foreign CPU s)."""
-        hopbase, mock, ours, busy = (
+        """End the span: (gateway CPU s, mock CPU s, foreign CPU s)."""
+        gateway, mock, ours, busy = (
             now - then for now, then in zip(self._sample(), self._start, strict=True)
         )
-        return hopbase, mock, max(0.0, busy - hopbase - mock - ours)
+        return gateway, mock, max(0.0, busy - gateway - mock - ours)
 
 
 async def _measured(stack: Stack, load: Callable[[], Awaitable[Run]]) -> Run:
@@ -140,7 +146,7 @@ async def streams(
 
 @attrs.frozen
 class Memory:
-    """HopBase's resident memory idle and with open slow streams (KiB)."""
+    """A gateway's resident memory idle and with open slow streams (KiB)."""
 
     idle_kib: int
     open_streams: tuple[tuple[int, int, int], ...]  # (streams asked for, streams open, RSS KiB)
@@ -153,26 +159,27 @@ class Memory:
         return float("nan")
 
 
-async def memory(stack: Stack, counts: tuple[int, ...], settle_s: float) -> Memory:
-    """Start a fresh HopBase, warm it up, then hold ``counts`` slow streams open in turn."""
-    hopbase = await stack.start_hopbase()
-    target = stack.through_hopbase()
+async def memory(stack: Stack, counts: tuple[int, ...], settle_s: float,
+                 peer: bool = False) -> Memory:
+    """Start a fresh HopBase (or peer), warm it up, then hold ``counts`` slow streams open."""
+    gateway = await (stack.start_peer() if peer else stack.start_hopbase())
+    target = stack.through_peer() if peer else stack.through_hopbase()
     # Warm-up loads every code path once, so "idle" is a server that has served traffic.
     await loadgen.closed_loop(target, UNARY_BODY, 4, 0.5)
     await loadgen.closed_loop(target, STREAM_BODY, 4, 0.5)
     await asyncio.sleep(settle_s)
-    idle = hopbase.rss_kib()
+    idle = gateway.rss_kib()
     held = loadgen.OpenStreams()
     samples: list[tuple[int, int, int]] = []
     try:
         for count in sorted(counts):
             await loadgen.open_streams(target, SLOW_BODY, count - len(held.connections), held)
             await asyncio.sleep(settle_s)
-            samples.append((count, len(held.connections), hopbase.rss_kib()))
+            samples.append((count, len(held.connections), gateway.rss_kib()))
     finally:
         held.close()
     await asyncio.sleep(0.5)
-    stack.stop_hopbase()
+    stack.stop_gateways()
     return Memory(idle, tuple(samples))
 
 

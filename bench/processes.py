@@ -130,9 +130,16 @@ def start(
     log_dir: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    unset: Sequence[str] = (),
 ) -> Child:
-    """Start ``command`` pinned to ``core`` (None: any core), its output in ``log_dir``."""
+    """Start ``command`` pinned to ``core`` (None: any core), its output in ``log_dir``.
+
+    The child gets this process's environment with ``env`` added and ``unset`` removed.
+    """
     pinned = [*pinning(core), *command]
+    environment = {**os.environ, **(env or {})}
+    for name in unset:
+        environment.pop(name, None)
     log_path = log_dir / f"{name}.log"
     with log_path.open("wb") as log_file:
         popen = subprocess.Popen(
@@ -140,7 +147,7 @@ def start(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env=environment,
             cwd=cwd,
         )
     return Child(name, popen, core, log_path)

@@ -2,7 +2,9 @@
 
 Targets are the ones of the performance issue (SPEC section 12): HopBase with its
 default features on must come close to a bare aiohttp + uvloop + orjson
-pass-through proxy on the same core.
+pass-through proxy on the same core. With a peer gateway (``--peer litellm``)
+the table gains the peer's figures, computed the same way from its runs; the
+targets and "met?" stay HopBase's.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from bench.phases import Memory, Run
 
 MIB = 1024.0
 TEN_THOUSAND_LIMIT_MIB = 400.0
+PHASES = ("unary", "latency", "stream", "ttft")
 
 
 @attrs.frozen
 class Row:
-    """One figure: direct and HopBase values, how they compare, the target and whether it is met."""
+    """One figure: direct, HopBase and peer values, how they compare, target, whether met.
+
+    ``target`` and ``met`` are HopBase's; ``peer`` and ``peer_comparison`` are the
+    peer's value and its comparison with direct (None and "" without a peer).
+    """
 
     figure: str
     unit: str
@@ -30,15 +37,31 @@ class Row:
     comparison: str
     target: str
     met: bool | None
+    peer: float | None = None
+    peer_comparison: str = ""
+
+
+@attrs.frozen
+class Peer:
+    """The peer gateway's part of a run: which one, its memory, and what went wrong if anything.
+
+    Its load runs are in `Results.runs` as ``<phase>_<name>`` (``unary_litellm`` …).
+    """
+
+    name: str
+    version: str
+    memory: Memory | None = None
+    note: str = ""
 
 
 @attrs.frozen
 class Results:
-    """Every measurement of one benchmark run, by name (see `bench.harness.PHASES`)."""
+    """Every measurement of one benchmark run; runs by name (``<phase>_<side>``, see `PHASES`)."""
 
     runs: Mapping[str, Run]
     memory: Memory | None
     workers: Run | None
+    peer: Peer | None = None
 
 
 def _finite(value: float | None) -> bool:
@@ -139,6 +162,25 @@ def workers_row(one_worker: Run, workers: Run) -> Row:
                ratio >= 1.6 and workers.errors == 0)
 
 
+def peer_rows(runs: Mapping[str, Run], peer: Peer) -> dict[str, Row]:
+    """The peer's figures by figure, computed as HopBase's are from the peer's runs.
+
+    A group of rows is left out when one of its runs is missing (the peer failed
+    or ran out of time).
+    """
+    measured = {phase: runs[f"{phase}_{peer.name}"] for phase in PHASES
+                if f"{phase}_{peer.name}" in runs}
+    as_hopbase = {**runs, **{f"{phase}_hopbase": run for phase, run in measured.items()}}
+    found: list[Row] = []
+    if {"unary", "latency"} <= measured.keys():
+        found += unary_rows(as_hopbase)
+    if {"stream", "ttft"} <= measured.keys():
+        found += stream_rows(as_hopbase)
+    if peer.memory is not None:
+        found += memory_rows(peer.memory)
+    return {row.figure: row for row in found}
+
+
 def rows(results: Results) -> list[Row]:
     """Every row of the table, in order."""
     table = [*unary_rows(results.runs), *stream_rows(results.runs)]
@@ -146,7 +188,16 @@ def rows(results: Results) -> list[Row]:
         table += memory_rows(results.memory)
     if results.workers is not None:
         table.append(workers_row(results.runs["unary_hopbase"], results.workers))
+    if results.peer is not None:
+        by_figure = peer_rows(results.runs, results.peer)
+        table = [_with_peer(row, by_figure.get(row.figure)) for row in table]
     return table
+
+
+def _with_peer(row: Row, peer_row: Row | None) -> Row:
+    if peer_row is None:
+        return row
+    return attrs.evolve(row, peer=peer_row.hopbase, peer_comparison=peer_row.comparison)
 
 
 def _number(value: float | None) -> str:
@@ -164,12 +215,28 @@ def _met(value: bool | None) -> str:
     return "—" if value is None else ("yes" if value else "**no**")
 
 
-def markdown(table: list[Row]) -> str:
-    """The rows as a markdown table: figure, direct, HopBase, comparison, target, met?"""
+def markdown(table: list[Row], peer: str | None = None) -> str:
+    """The rows as a markdown table: figure, direct, HopBase, comparison, target, met?
+
+    With a ``peer`` name, the peer's value follows HopBase's and its comparison
+    with direct follows HopBase's; target and met? stay HopBase's.
+    """
+    if peer is not None:
+        return _markdown_with_peer(table, peer)
     lines = ["| figure | unit | direct | hopbase | ratio / added | target | met? |",
              "|---|---|---:|---:|---|---|---|"]
     lines += [f"| {row.figure} | {row.unit} | {_number(row.direct)} | {_number(row.hopbase)} | "
               f"{row.comparison} | {row.target} | {_met(row.met)} |" for row in table]
+    return "\n".join(lines)
+
+
+def _markdown_with_peer(table: list[Row], peer: str) -> str:
+    lines = [f"| figure | unit | direct | hopbase | {peer} | hopbase: ratio / added | "
+             f"{peer}: ratio / added | target (hopbase) | met? |",
+             "|---|---|---:|---:|---:|---|---|---|---|"]
+    lines += [f"| {row.figure} | {row.unit} | {_number(row.direct)} | {_number(row.hopbase)} | "
+              f"{_number(row.peer)} | {row.comparison} | {row.peer_comparison} | {row.target} | "
+              f"{_met(row.met)} |" for row in table]
     return "\n".join(lines)
 
 
@@ -200,9 +267,16 @@ def to_json(results: Results, table: list[Row], about: Mapping[str, Any]) -> dic
             for name, run in results.runs.items()}
     if results.workers is not None:
         runs["workers_2"] = attrs.asdict(results.workers, value_serializer=serialize)
-    return {
+    # Without a peer the rows keep exactly the fields they had before peers existed.
+    no_peer = attrs.filters.exclude(attrs.fields(Row).peer, attrs.fields(Row).peer_comparison)
+    row_filter = None if results.peer is not None else no_peer
+    document: dict[str, Any] = {
         "about": dict(about),
-        "rows": [attrs.asdict(row, value_serializer=serialize) for row in table],
+        "rows": [attrs.asdict(row, filter=row_filter, value_serializer=serialize)
+                 for row in table],
         "runs": runs,
         "memory": None if results.memory is None else attrs.asdict(results.memory),
     }
+    if results.peer is not None:
+        document["peer"] = attrs.asdict(results.peer)
+    return document

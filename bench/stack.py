@@ -1,4 +1,4 @@
-"""The system under test: the mock upstream and HopBase as pinned child processes.
+"""The system under test: the mock upstream and HopBase (or the peer) as pinned child processes.
 
 HopBase runs with its default features on (client-key auth, latency routing over
 two deployments, Prometheus metrics, the SQLite request log) and the response
@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import attrs
 import orjson
 import yaml
 
-from bench import loadgen, processes
+from bench import loadgen, peer, processes
 
 REPO = Path(__file__).resolve().parent.parent
 CHAT_PATH = "/v1/chat/completions"
@@ -65,8 +66,9 @@ def hopbase_config(mock_port: int, log_path: Path) -> dict[str, object]:
 class Stack:
     """The mock and HopBase processes of one benchmark run, and how to reach them.
 
-    With two cores HopBase is pinned alone to core 0 and the mock (and this
-    process, which runs the Python load generator) to core 1.
+    With two cores HopBase (or the peer, never both at once) is pinned alone to
+    core 0 and the mock (and this process, which runs the Python load generator)
+    to core 1.
     """
 
     directory: Path
@@ -75,6 +77,8 @@ class Stack:
     mock: processes.Child | None = None
     hopbase: processes.Child | None = None
     hopbase_port: int = 0
+    peer: processes.Child | None = None
+    peer_port: int = 0
     profile_to: Path | None = None  # run HopBase under cProfile, writing its stats here
 
     @property
@@ -100,6 +104,14 @@ class Stack:
         """The same requests through HopBase."""
         return loadgen.Target("127.0.0.1", self.hopbase_port, CHAT_PATH, CLIENT_KEY)
 
+    def through_peer(self) -> loadgen.Target:
+        """The same requests through the peer gateway, with its master key."""
+        return loadgen.Target("127.0.0.1", self.peer_port, CHAT_PATH, peer.MASTER_KEY)
+
+    def gateway(self) -> processes.Child | None:
+        """The gateway that runs now (HopBase or the peer), None when neither does."""
+        return self.hopbase if self.hopbase is not None else self.peer
+
     async def start_mock(self) -> None:
         """Start the mock upstream and wait until it answers."""
         command = [sys.executable, "-m", "bench.mock", "--port", str(self.mock_port)]
@@ -108,8 +120,8 @@ class Stack:
         await _wait(self.mock, self.mock_port)
 
     async def start_hopbase(self, workers: int = 1, pinned: bool = True) -> processes.Child:
-        """Start HopBase (replacing a running one) on a new port and wait until it is ready."""
-        self.stop_hopbase()
+        """Start HopBase (replacing a running gateway) on a new port and wait until it is ready."""
+        self.stop_gateways()
         config_path = self.directory / "hopbase.yaml"
         log_path = self.directory / f"requests-{free_port()}.db"
         config_path.write_text(yaml.safe_dump(hopbase_config(self.mock_port, log_path)))
@@ -129,15 +141,34 @@ class Stack:
         await _wait(self.hopbase, self.hopbase_port)
         return self.hopbase
 
+    async def start_peer(self) -> processes.Child:
+        """Start LiteLLM's proxy (replacing a running gateway) on HopBase's core, one worker."""
+        self.stop_gateways()
+        config_path = self.directory / "litellm.yaml"
+        config_path.write_text(yaml.safe_dump(peer.litellm_config(self.mock_port)))
+        self.peer_port = free_port()
+        self.peer = processes.start("litellm", peer.command(config_path, self.peer_port),
+                                    self.hopbase_core, self.directory, env=peer.environment(),
+                                    cwd=self.directory, unset=peer.UNSET_ENVIRONMENT)
+        await _wait(self.peer, self.peer_port, peer.READY_PATH, peer.START_TIMEOUT_S)
+        return self.peer
+
     def stop_hopbase(self) -> None:
         """Stop HopBase if it runs."""
         if self.hopbase is not None:
             self.hopbase.stop()
             self.hopbase = None
 
+    def stop_gateways(self) -> None:
+        """Stop HopBase and the peer, whichever runs."""
+        self.stop_hopbase()
+        if self.peer is not None:
+            self.peer.stop()
+            self.peer = None
+
     def close(self) -> None:
         """Stop every process of the stack."""
-        self.stop_hopbase()
+        self.stop_gateways()
         if self.mock is not None:
             self.mock.stop()
             self.mock = None
@@ -152,10 +183,17 @@ def _child_env() -> dict[str, str]:
     }
 
 
-async def _wait(child: processes.Child, port: int) -> None:
-    try:
-        await loadgen.wait_ready("127.0.0.1", port, "/healthz", timeout_s=30.0)
-    except TimeoutError:
-        raise RuntimeError(
-            f"{child.name} did not become ready on port {port}:\n{child.log_tail()}"
-        ) from None
+async def _wait(child: processes.Child, port: int, path: str = "/healthz",
+                timeout_s: float = 30.0) -> None:
+    """Wait until ``child`` answers ``GET path``; fail early when it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await loadgen.wait_ready("127.0.0.1", port, path, timeout_s=1.0)
+            return
+        except TimeoutError:
+            if child.alive() and time.monotonic() < deadline:
+                continue
+        state = "still running" if child.alive() else "exited"
+        raise RuntimeError(f"{child.name} did not become ready on port {port} within "
+                           f"{timeout_s:.0f} s ({state}):\n{child.log_tail()}")

@@ -16,7 +16,7 @@ import orjson
 import pytest
 import yaml
 
-from bench import loadgen, mock, processes, profile, report, stack, wrk
+from bench import harness, loadgen, mock, peer, processes, profile, report, stack, wrk
 from bench.phases import Memory, Run
 from hopbase.config import load_config
 
@@ -231,3 +231,92 @@ def test_bench_config_is_a_valid_hopbase_config(
     assert [d.upstream_model for d in config.models["chat"].deployments] == ["chat", "chat"]
     assert all(d.enabled for d in config.models["slow"].deployments)
     assert config.cache.enabled is False
+
+
+def test_litellm_config_has_two_deployments_of_each_model_on_the_mock() -> None:
+    config = peer.litellm_config(19090, master_key="sk-test")
+    base = "http://127.0.0.1:19090/v1"
+    assert config["model_list"] == [
+        {"model_name": model,
+         "litellm_params": {"model": f"openai/{model}", "api_base": base, "api_key": "dummy"},
+         "model_info": {"id": f"{model}-{letter}"}}
+        for model in ("chat", "burst", "slow") for letter in "ab"
+    ]
+    assert config["router_settings"] == {"routing_strategy": "latency-based-routing"}
+    assert config["general_settings"] == {"master_key": "sk-test"}
+    assert yaml.safe_load(yaml.safe_dump(config)) == config
+
+
+def test_litellm_runs_without_telemetry_or_database_on_one_worker(tmp_path: Path) -> None:
+    assert peer.environment()["LITELLM_TELEMETRY"] == "False"
+    assert peer.UNSET_ENVIRONMENT == ("DATABASE_URL", "DIRECT_URL")
+    assert peer.command(tmp_path / "c.yaml", 4000, tmp_path) == [
+        str(tmp_path / "bin" / "litellm"), "--config", str(tmp_path / "c.yaml"),
+        "--host", "127.0.0.1", "--port", "4000", "--num_workers", "1"]
+
+
+def _with_litellm(memory: Memory | None) -> report.Results:
+    runs = _runs()
+    runs.update({
+        "unary_litellm": _run(500, 60.0, 90.0, hopbase_cpu_s=9.0),
+        "latency_litellm": _run(600, 19.02, 54.05),
+        "stream_litellm": _run(250, 130.0, 200.0, hopbase_cpu_s=12.5),
+        "ttft_litellm": _run(300, 25.2, 40.0),
+    })
+    litellm = report.Peer("litellm", "1.0", memory)
+    return report.Results(runs, Memory(40 * 1024, ((500, 500, 50 * 1024),)), None, litellm)
+
+
+def test_table_with_a_peer_has_its_column_beside_hopbase() -> None:
+    memory = Memory(idle_kib=330 * 1024, open_streams=((500, 500, 330 * 1024 + 500 * 150),))
+    table = report.rows(_with_litellm(memory))
+    lines = report.markdown(table, "litellm").splitlines()
+    assert lines[0] == ("| figure | unit | direct | hopbase | litellm | hopbase: ratio / added | "
+                        "litellm: ratio / added | target (hopbase) | met? |")
+    assert len(lines) == len(table) + 2
+    assert lines[2] == ("| CPU per non-streaming request (mock / HopBase) | ms | 0.01 | 0.30 | "
+                        "18.0 | 30.00× the mock's | 1800.00× the mock's | ≤ 0.4 ms | yes |")
+    assert lines[4] == ("| latency p50, 1 request at a time | ms | 0.02 | 0.32 | 19.0 | "
+                        "+0.30 ms | +19.00 ms | ≤ +0.5 ms | yes |")
+    assert lines[-1] == ("| RSS with 500 open slow streams | MiB | — | 50.0 | 403 | "
+                         "20.5 KiB/stream; 10,000 ≈ 240 MiB | "
+                         "150.0 KiB/stream; 10,000 ≈ 1795 MiB | "
+                         "≤ 32 KiB/stream; 10,000 < 400 MiB | yes |")
+
+
+def test_a_peer_without_memory_figures_leaves_those_cells_empty() -> None:
+    by_figure = {row.figure: row for row in report.rows(_with_litellm(None))}
+    idle = by_figure["RSS idle (after a short warm-up)"]
+    assert (idle.hopbase, idle.peer, idle.peer_comparison) == (40.0, None, "")
+    streams = by_figure["streams/s, 32 concurrent, 20 chunks 5 ms apart"]
+    assert (streams.peer, streams.peer_comparison) == (25.0, "0.078× direct")
+
+
+def test_without_a_peer_the_json_rows_keep_their_fields() -> None:
+    results = report.Results(_runs(), None, workers=None)
+    document = report.to_json(results, report.rows(results), {})
+    assert "peer" not in document
+    assert list(document["rows"][0]) == ["figure", "unit", "direct", "hopbase", "comparison",
+                                         "target", "met"]
+    with_peer = _with_litellm(None)
+    peer_document = report.to_json(with_peer, report.rows(with_peer), {})
+    assert peer_document["rows"][0]["peer"] == 18.0
+    assert peer_document["peer"] == {"name": "litellm", "version": "1.0", "memory": None,
+                                     "note": ""}
+
+
+async def test_a_peer_that_fails_to_start_is_noted_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def fail(_self: stack.Stack) -> processes.Child:
+        raise RuntimeError("litellm did not become ready")
+
+    monkeypatch.setattr(stack.Stack, "start_peer", fail)
+    runs: dict[str, Run] = {}
+    messages: list[str] = []
+    settings = harness.Settings.create(quick=True, use_wrk=False, many_streams=False)
+    result = await harness._peer(settings, stack.Stack(tmp_path, pinned=False), messages.append,
+                                 "litellm", "1.0", runs)
+    assert result == report.Peer("litellm", "1.0", None, "litellm failed: litellm did not "
+                                 "become ready")
+    assert (runs, messages[-1]) == ({}, result.note)
