@@ -222,12 +222,8 @@ Event: TypeAlias = (
     | Error
 )
 
+# the events that start output (SPEC section 5): text, reasoning, tool calls
 OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallStart, ToolCallDelta)
-
-
-def carries_output(event: Event) -> bool:
-    """True for events that start output (SPEC section 5): text, reasoning, tool calls."""
-    return isinstance(event, OUTPUT_EVENTS)
 
 
 @attrs.define
@@ -293,24 +289,3 @@ class ResponseBuilder:
         """The answer so far, as one `Response`."""
         self._flush()
         return Response(self.id, self.model, tuple(self._parts), self.stop_reason, self.usage)
-
-
-def response_events(response: Response) -> list[Event]:
-    """The canonical stream that carries ``response`` (the inverse of `ResponseBuilder`)."""
-    events: list[Event] = [Start(response.id, response.model)]
-    tool_index = 0
-    for part in response.parts:
-        if isinstance(part, TextPart):
-            events.append(TextDelta(part.text))
-        elif isinstance(part, ReasoningPart):
-            events.append(ReasoningDelta(part.text, part.signature))
-        elif isinstance(part, ToolCall):
-            events.append(ToolCallStart(tool_index, part.id, part.name))
-            events.append(ToolCallDelta(tool_index, part.arguments))
-            tool_index += 1
-        else:
-            continue
-        events.append(BlockStop())
-    events.append(UsageEvent(response.usage))
-    events.append(Finish(response.stop_reason or StopReason.END_TURN))
-    return events

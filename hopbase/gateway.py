@@ -227,8 +227,6 @@ class Gateway:
         estimate = self.router.first_output_percentile(attempt.id, model.hedge.after_percentile)
         return estimate
 
-    def retried(self, exchange: Exchange) -> None:
-        """A retry was started for ``exchange`` (counted from its record at the end)."""
 
     def keepalive(self, exchange: Exchange) -> None:
         self.metrics.keepalive(exchange.endpoint)
