@@ -25,7 +25,7 @@ import orjson
 
 from hopbase import canonical, errors, sse
 from hopbase.protocols import openai_chat
-from hopbase.protocols.openai_chat.errors import OPENAI_ERROR_TYPES, stream_error
+from hopbase.protocols.openai_chat.errors import stream_error, stream_error_event
 
 NAME = "openai_media"
 
@@ -123,7 +123,4 @@ class StreamRenderer:
         if self._ended:
             return b""
         self._ended = True
-        body = {"error": {"message": error.message,
-                          "type": OPENAI_ERROR_TYPES.get(error.type, "server_error"),
-                          "code": error.type}}
-        return sse.encode(orjson.dumps(body)) + sse.DONE
+        return stream_error_event(error)

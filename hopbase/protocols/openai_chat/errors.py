@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hopbase import canonical, errors
+import orjson
+
+from hopbase import canonical, errors, sse
 
 # Canonical (Anthropic) error words -> OpenAI error type words; anything else is server_error.
 OPENAI_ERROR_TYPES = {
@@ -40,3 +42,11 @@ def stream_error(error: Any) -> canonical.Error:
     elif not isinstance(kind, str) or kind not in OPENAI_ERROR_TYPES:
         kind = "api_error"
     return canonical.Error(kind, message if isinstance(message, str) else str(error))
+
+
+def stream_error_event(error: canonical.Error) -> bytes:
+    """OpenAI's in-stream error (``data: {"error": …}``, no ``event:``), then ``[DONE]``."""
+    body = {"error": {"message": error.message,
+                      "type": OPENAI_ERROR_TYPES.get(error.type, "server_error"),
+                      "code": error.type}}
+    return sse.encode(orjson.dumps(body)) + sse.DONE

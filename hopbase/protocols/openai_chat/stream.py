@@ -11,7 +11,7 @@ import orjson
 
 from hopbase import canonical, sse
 from hopbase.canonical import StopReason
-from hopbase.protocols.openai_chat.errors import OPENAI_ERROR_TYPES, stream_error
+from hopbase.protocols.openai_chat.errors import stream_error, stream_error_event
 from hopbase.protocols.openai_chat.response import (
     FINISH_REASONS,
     parse_stop_reason,
@@ -176,10 +176,7 @@ class StreamRenderer:
         if self._ended:
             return b""
         self._ended = True
-        body = {"error": {"message": error.message,
-                          "type": OPENAI_ERROR_TYPES.get(error.type, "server_error"),
-                          "code": error.type}}
-        return sse.encode(orjson.dumps(body)) + sse.DONE
+        return stream_error_event(error)
 
     def _role_chunk(self) -> bytes:
         if self._started:
