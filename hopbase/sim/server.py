@@ -135,7 +135,7 @@ async def _respond(request: web.Request, answer: SimulatedResponse) -> web.Strea
         body_bytes = await answer.read()
         return web.Response(status=answer.status, body=body_bytes, headers=answer.headers)
     except ConnectionResetError:
-        _reset(request)
+        reset_connection(request)
         # Answering on an aborted connection is a no-op that aiohttp handles quietly.
         return web.Response(status=502)
     finally:
@@ -151,7 +151,7 @@ async def _stream(request: web.Request, answer: SimulatedResponse) -> web.Stream
     return response
 
 
-def _reset(request: web.Request) -> None:
+def reset_connection(request: web.Request) -> None:
     """Abort the connection with a TCP RST (SO_LINGER 0), as a crashed upstream would."""
     transport = request.transport
     if transport is None:

@@ -16,8 +16,6 @@ connection. That is how tests prove that HopBase closes an upstream at once.
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -28,6 +26,7 @@ import orjson
 from aiohttp import web
 
 import tests.fakes as wire
+from hopbase.sim.server import reset_connection
 from tests.fakes import golden_events, media
 
 __all__ = ["ConnectionLog", "FakeUpstream", "Recorded", "Reply", "golden_events"]
@@ -250,13 +249,7 @@ class _Exchange:
 
     def reset(self) -> None:
         """Abort the connection with a TCP RST (SO_LINGER 0), not a clean close."""
-        transport = self.request.transport
-        if transport is None:
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
+        reset_connection(self.request)
 
     async def finish(self, then: str) -> web.StreamResponse:
         assert self.response is not None
