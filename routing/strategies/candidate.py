@@ -65,8 +65,5 @@ def choose_highest(scored: Sequence[tuple[Candidate, float]], rng: random.Random
     Raises:
         ValueError: ``scored`` is empty.
     """
-    if not scored:
-        raise ValueError("no candidates to choose from")
-    best = max(score for _candidate, score in scored)
-    floor = best - abs(best) * tie_buffer
-    return weighted_choice([candidate for candidate, score in scored if score >= floor], rng)
+    # highest score = lowest negated score; the near-tie band is the same width
+    return choose_lowest([(candidate, -score) for candidate, score in scored], rng, tie_buffer)
